@@ -1,0 +1,40 @@
+# Everything installs itself: a fresh machine needs only Python 3.11 and make.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint typecheck pytest demo bench clean fixtures
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check dsh_fork tests
+	$(BIN)/ruff format --check dsh_fork tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	@bash scripts/demo.sh $(BIN)
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.bench.run
+
+fixtures: $(STAMP)
+	rm -rf fixtures/example-home
+	$(BIN)/dsh-fork fixture fixtures/example-home/sessions --sessions 2 --agents 2 --depth 2 --turns 2 --seed 7
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The command line: typer and rich live here and nowhere else."""

@@ -1,0 +1,264 @@
+"""The sessions root: session dirs, lookup by id or path, root encoding, the parent index.
+
+Listing reads header frames only (format §5.2: a scan limited to one frame), so a root of ten
+thousand sessions is indexed without decoding any event.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .errors import CorruptLog, DshForkError, SessionNotFound, UnsupportedFormat, UsageError
+from .generations import (
+    SUPPORTED_VERSION,
+    Generation,
+    list_generations,
+    parse_name,
+    select,
+)
+from .layout import encode_segment, resolve_root
+from .reader import peek_fields, read_header
+from .records import Header
+
+RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
+
+
+@dataclass
+class SessionEntry:
+    """One session dir of the root, as listing sees it: its highest generation and header."""
+
+    session_dir: Path
+    generations: list[Generation]
+    header: Header | None = None
+    error: DshForkError | None = None
+    raw_fields: dict[str, object] | None = None
+
+    @property
+    def generation(self) -> Generation | None:
+        return select(self.generations)
+
+    @property
+    def project(self) -> str:
+        return self.session_dir.parent.name
+
+    @property
+    def id(self) -> str | None:
+        if self.header is not None:
+            return self.header.id
+        value = (self.raw_fields or {}).get("id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def parent(self) -> str | None:
+        if self.header is not None:
+            return self.header.parent_session
+        value = (self.raw_fields or {}).get("parentSession")
+        return value if isinstance(value, str) else None
+
+    @property
+    def is_subagent(self) -> bool:
+        if self.header is not None:
+            return self.header.is_subagent
+        return (self.raw_fields or {}).get("origin") == "subagent" and self.parent is not None
+
+    @property
+    def created_at(self) -> int:
+        if self.header is not None:
+            return self.header.created_at
+        value = (self.raw_fields or {}).get("createdAt")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass
+class Root:
+    path: Path
+    _entries: list[SessionEntry] | None = field(default=None, repr=False)
+    _children: dict[str, list[SessionEntry]] | None = field(default=None, repr=False)
+
+    # -- walking ----------------------------------------------------------------------------
+
+    def project_dirs(self) -> list[Path]:
+        """Every directory directly under the root is a project dir, whatever its name."""
+        try:
+            entries = sorted(os.scandir(self.path), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [Path(e.path) for e in entries if e.is_dir()]
+
+    def candidate_dirs(self) -> Iterator[Path]:
+        for project in self.project_dirs():
+            try:
+                entries = sorted(os.scandir(project), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir():
+                    yield Path(entry.path)
+
+    def entries(self) -> list[SessionEntry]:
+        """Every session of the root with its header (or the error reading it); cached."""
+        if self._entries is None:
+            found: list[SessionEntry] = []
+            for session_dir in self.candidate_dirs():
+                generations = list_generations(session_dir)
+                if not generations:
+                    continue
+                entry = SessionEntry(session_dir, generations)
+                try:
+                    entry.header = read_header(generations[-1])
+                except DshForkError as exc:
+                    entry.error = exc
+                    entry.raw_fields = peek_fields(generations[-1])
+                except OSError as exc:
+                    entry.error = CorruptLog(f"{session_dir}: unreadable ({exc.strerror})")
+                found.append(entry)
+            self._entries = found
+        return self._entries
+
+    def encoding(self) -> RootEncoding:
+        """The set of suffixes of every canonical generation in the root (format §4)."""
+        seen: set[str] = set()
+        for session_dir in self.candidate_dirs():
+            seen.update(g.encoding for g in list_generations(session_dir))
+            if len(seen) == 2:
+                return "mixed"
+        if not seen:
+            return "empty"
+        return "zstd" if seen == {"zstd"} else "plain"
+
+    def require_writable(self) -> None:
+        """Writes go only into a zstd (or empty) root (semantics §2.5)."""
+        encoding = self.encoding()
+        if encoding in ("plain", "mixed"):
+            raise UnsupportedFormat(
+                f"the root {self.path} is {encoding}; dsh-fork writes only into a zstd root",
+                path=str(self.path),
+            )
+
+    # -- lookup -----------------------------------------------------------------------------
+
+    def dirs_of(self, session_id: str) -> list[Path]:
+        """Session dirs named for ``session_id`` that hold a canonical generation."""
+        segment = encode_segment(session_id)
+        return [
+            project / segment
+            for project in self.project_dirs()
+            if list_generations(project / segment)
+        ]
+
+    def exists(self, session_id: str) -> bool:
+        return bool(self.dirs_of(session_id))
+
+    def find(self, session_id: str) -> Path:
+        dirs = self.dirs_of(session_id)
+        if not dirs:
+            raise SessionNotFound(f"no session {session_id!r} in {self.path}", session=session_id)
+        if len(dirs) > 1:
+            raise SessionNotFound(
+                f"ambiguous id {session_id!r} in {len(dirs)} project directories; pass a path",
+                session=session_id,
+            )
+        return dirs[0]
+
+    # -- lineage ----------------------------------------------------------------------------
+
+    def _index(self) -> dict[str, list[SessionEntry]]:
+        if self._children is None:
+            index: dict[str, list[SessionEntry]] = {}
+            for entry in self.entries():
+                parent = entry.parent
+                if parent is not None:
+                    index.setdefault(parent, []).append(entry)
+            self._children = index
+        return self._children
+
+    def children_of(self, parent_id: str) -> list[SessionEntry]:
+        """Subagent children: ``parentSession`` = parent and ``origin: subagent``, whole root.
+
+        Sorted by (createdAt, id). A child whose header cannot be validated (a future
+        generation, a corrupt header) is listed with its ``error`` when its raw header still
+        names the parent, so callers can report it instead of dropping it.
+        """
+        kids = [e for e in self._index().get(parent_id, []) if e.is_subagent]
+        return sorted(kids, key=_order)
+
+    def forks_of(self, parent_id: str) -> list[SessionEntry]:
+        kids = [e for e in self._index().get(parent_id, []) if e.header and e.header.is_fork_child]
+        return sorted(kids, key=_order)
+
+    def unreadable(self) -> list[SessionEntry]:
+        return [e for e in self.entries() if e.header is None]
+
+    def fork_children(self) -> list[SessionEntry]:
+        kids = [e for e in self.entries() if e.header and e.header.is_fork_child]
+        return sorted(kids, key=_order)
+
+    def invalidate(self) -> None:
+        self._entries = None
+        self._children = None
+
+
+def _order(entry: SessionEntry) -> tuple[int, str]:
+    return (entry.created_at, entry.id or entry.session_dir.name)
+
+
+# -- resolving a SESSION argument -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Located:
+    root: Root
+    session_dir: Path
+    generation: Generation
+    warnings: tuple[str, ...] = ()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = None) -> Located:
+    """Resolve an id, a session dir or a log file path (semantics §2.1, §2.2)."""
+    warnings: list[str] = []
+    candidate = Path(arg).expanduser()
+    if arg and candidate.exists():
+        absolute = candidate.resolve()
+        session_dir = absolute.parent if absolute.is_file() else absolute
+        if absolute.is_file():
+            parsed = parse_name(absolute.name)
+            if parsed is None:
+                warnings.append(f"{absolute.name} is not a canonical generation name")
+        if root_option is not None:
+            root_path = resolve_root(root_option, env)
+            if not _inside(session_dir, root_path):
+                raise UsageError(f"{arg} lies outside the root {root_path}", path=str(absolute))
+        else:
+            root_path = session_dir.parent.parent
+        root = Root(root_path)
+    else:
+        root = Root(resolve_root(root_option, env))
+        if not arg:
+            raise SessionNotFound("empty session id")
+        session_dir = root.find(arg)
+    generations = list_generations(session_dir)
+    generation = select(generations)
+    if generation is None:
+        raise SessionNotFound(f"{session_dir} holds no session log", path=str(session_dir))
+    if candidate.is_file() and candidate.resolve() != generation.path.resolve():
+        warnings.append(f"reading {generation.name}, the highest generation of {session_dir}")
+    if generation.version > SUPPORTED_VERSION:
+        raise UnsupportedFormat(
+            f"{generation.path}: generation v{generation.version} is newer than "
+            f"v{SUPPORTED_VERSION} (written by a newer harness)",
+            version=generation.version,
+            path=str(generation.path),
+        )
+    return Located(root, session_dir, generation, tuple(dict.fromkeys(warnings)))

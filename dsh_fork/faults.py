@@ -1,0 +1,97 @@
+"""Fault injection at durable steps: the seam the crash, ENOSPC and EACCES tests drive.
+
+Every durable step of the writer (mkdir, lock file creation, file write, fsync, link, rename,
+append, truncate, unlink) calls ``step`` before and ``done`` after itself. A plan installed with
+``install`` (or through the ``DSH_FORK_FAULT`` environment variable, for subprocess tests, as
+``kill:K``, ``crash:K``, ``tear:K``, ``enospc:K``, ``eacces:K`` or ``eio:K``) then acts at the
+K-th step: errors replace the step, crashes happen right after it, and ``tear`` makes a write
+step write only half of its bytes before the crash (a torn frame). With no plan every call is a
+no-op.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_VAR = "DSH_FORK_FAULT"
+_ERRNOS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO}
+
+
+class InjectedCrash(BaseException):
+    """Raised by a ``crash`` plan: a BaseException, so no ``except Exception`` cleanup runs."""
+
+
+@dataclass
+class Plan:
+    action: str
+    at: int
+    count: int = 0
+    log: list[tuple[str, str]] = field(default_factory=list)
+
+
+_plan: Plan | None = None
+
+
+def _from_env() -> Plan | None:
+    value = os.environ.get(ENV_VAR, "")
+    if not value:
+        return None
+    action, _, at = value.partition(":")
+    if action not in ("kill", "crash", "tear", *_ERRNOS) or not at.isdigit():
+        return None
+    return Plan(action, int(at))
+
+
+def step(kind: str, path: Path | str) -> None:
+    """Called before a durable step; an errno plan fails the K-th step here."""
+    plan = _plan
+    if plan is None:
+        return
+    plan.count += 1
+    plan.log.append((kind, str(path)))
+    if plan.count == plan.at and plan.action in _ERRNOS:
+        code = _ERRNOS[plan.action]
+        raise OSError(code, os.strerror(code), str(path))
+
+
+def done(kind: str, path: Path | str) -> None:
+    """Called after a durable step; a crash plan ends the process (or the call) here."""
+    plan = _plan
+    if plan is None or plan.count != plan.at:
+        return
+    if plan.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if plan.action in ("crash", "tear"):
+        raise InjectedCrash(f"injected crash after step {plan.at} ({kind} {path})")
+
+
+def tear_at(size: int) -> int | None:
+    """How many of ``size`` bytes the current write step may write under a ``tear`` plan."""
+    plan = _plan
+    if plan is None or plan.action != "tear" or plan.count != plan.at:
+        return None
+    return size // 2
+
+
+@contextmanager
+def install(action: str, at: int) -> Iterator[Plan]:
+    """Run a block under a fault plan; ``at=0`` only counts the steps (a dry measurement)."""
+    global _plan
+    previous = _plan
+    _plan = Plan(action, at)
+    try:
+        yield _plan
+    finally:
+        _plan = previous
+
+
+def load_from_env() -> None:
+    """Install the plan named by ``DSH_FORK_FAULT``, if any (called once by the CLI)."""
+    global _plan
+    _plan = _from_env()

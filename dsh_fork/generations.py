@@ -1,0 +1,94 @@
+"""Generation files: canonical names, selection of the highest, root encoding (format §3, §4)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Encoding = Literal["zstd", "plain"]
+
+SUPPORTED_VERSION = 4
+MAX_SAFE_INTEGER = 2**53 - 1
+ZSTD_SUFFIX = ".zstd"
+LOCK_NAME = "session.lock"
+CURRENT_NAME = "session.v4.jsonl.zstd"
+
+# `[0-9]`, not `\d`: Unicode digits must not match. Case-sensitive on purpose.
+_BASE = re.compile(r"session(?:\.v([1-9][0-9]*))?\.jsonl")
+_TEMP = re.compile(r".*\.tmp(?:-[0-9]+)?|.*\.repair|.*\.bak.*")
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    path: Path
+    version: int
+    encoding: Encoding
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def parse_name(name: str) -> tuple[int, Encoding] | None:
+    """(version, encoding) of a canonical generation file name, else None."""
+    if name.endswith(ZSTD_SUFFIX):
+        base, encoding = name[: -len(ZSTD_SUFFIX)], "zstd"
+    else:
+        base, encoding = name, "plain"
+    match = _BASE.fullmatch(base)
+    if match is None:
+        return None
+    digits = match.group(1)
+    if digits is None:
+        return 0, encoding  # type: ignore[return-value]
+    if len(digits) > 16 or int(digits) > MAX_SAFE_INTEGER:
+        return None
+    return int(digits), encoding  # type: ignore[return-value]
+
+
+def canonical_name(version: int, encoding: Encoding = "zstd") -> str:
+    base = "session.jsonl" if version == 0 else f"session.v{version}.jsonl"
+    return base + (ZSTD_SUFFIX if encoding == "zstd" else "")
+
+
+def is_temp_name(name: str) -> bool:
+    """Names of publish/migration temps and backups: never generations, reported by doctor."""
+    return _TEMP.fullmatch(name) is not None
+
+
+def list_generations(session_dir: Path) -> list[Generation]:
+    """Every canonical generation file of a dir, lowest version first."""
+    found: list[Generation] = []
+    try:
+        entries = list(os.scandir(session_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        parsed = parse_name(entry.name)
+        if parsed is None:
+            continue
+        try:
+            if not entry.is_file():
+                continue
+        except OSError:
+            continue
+        found.append(Generation(Path(entry.path), parsed[0], parsed[1]))
+    found.sort(key=lambda g: (g.version, g.encoding == "zstd"))
+    return found
+
+
+def select(generations: list[Generation]) -> Generation | None:
+    """The numerically highest; at equal version the zstd file (format §3.3, §4)."""
+    return generations[-1] if generations else None
+
+
+def non_canonical_files(session_dir: Path) -> list[str]:
+    """Files that are neither generations nor the lock: shown as ignored by inspect."""
+    try:
+        names = sorted(os.listdir(session_dir))
+    except OSError:
+        return []
+    return [n for n in names if n != LOCK_NAME and parse_name(n) is None]

@@ -1,0 +1,113 @@
+"""Where things live: home and root resolution, projectKey, encodeSegment (format §2)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+SAFE_ASCII = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_SEPARATORS = frozenset((ord("/"), ord("\\"), ord(":")))
+NO_CWD_DIR = "_no-cwd"
+PROJECT_KEY_MAX = 251
+OPLOG_NAME = "dsh-fork-relink.log"
+
+
+def _code_units(text: str) -> list[int]:
+    """UTF-16 code units: DSH walks strings as JavaScript does, lone surrogates included."""
+    raw = text.encode("utf-16-le", "surrogatepass")
+    return [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
+
+
+def project_key(cwd: str) -> str:
+    """The project dir name of an absolute cwd (format §2.3)."""
+    if cwd == "":
+        raise ValueError("projectKey of an empty cwd")
+    out: list[str] = []
+    in_separator_run = False
+    for unit in _code_units(cwd):
+        if unit in _SEPARATORS:
+            if not in_separator_run:
+                out.append("-")
+            in_separator_run = True
+            continue
+        in_separator_run = False
+        out.append(chr(unit) if unit in SAFE_ASCII else f"~{unit:04X}")
+    slug = "".join(out).lstrip("-") or "root"
+    return f"--{slug[:PROJECT_KEY_MAX]}--"
+
+
+def project_dir_name(cwd: str | None) -> str:
+    return NO_CWD_DIR if cwd is None else project_key(cwd)
+
+
+def encode_segment(session_id: str) -> str:
+    """The session dir name of an id; injective, so it can be decoded back (format §2.4)."""
+    if session_id == "":
+        raise ValueError("encodeSegment of an empty id")
+    if session_id == ".":
+        return "~002E"
+    if session_id == "..":
+        return "~002E~002E"
+    return "".join(
+        chr(unit) if unit in SAFE_ASCII else f"~{unit:04X}" for unit in _code_units(session_id)
+    )
+
+
+def decode_segment(name: str) -> str | None:
+    """The id a session dir name encodes, or None when the name is not an encoding."""
+    units: list[int] = []
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "~":
+            digits = name[i + 1 : i + 5]
+            if len(digits) != 4 or any(c not in "0123456789ABCDEF" for c in digits):
+                return None
+            units.append(int(digits, 16))
+            i += 5
+        elif ord(ch) < 128 and ord(ch) in SAFE_ASCII:
+            units.append(ord(ch))
+            i += 1
+        else:
+            return None
+    raw = b"".join(u.to_bytes(2, "little") for u in units)
+    decoded = raw.decode("utf-16-le", "surrogatepass")
+    return decoded if decoded and encode_segment(decoded) == name else None
+
+
+def is_absolute_cwd(cwd: str) -> bool:
+    """POSIX or Windows absolute forms are accepted when reading (format §2.6)."""
+    if cwd.startswith("/"):
+        return True
+    if len(cwd) >= 3 and cwd[0].isascii() and cwd[0].isalpha() and cwd[1] == ":":
+        return cwd[2] in "\\/"
+    return cwd.startswith("\\\\")
+
+
+def resolve_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    value = env.get("DSH_HOME", "")
+    if not value.strip():
+        value = "~/.dsh"
+    return Path(value).expanduser().resolve()
+
+
+def resolve_root(root: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Path:
+    """``--root`` when given, else ``$DSH_HOME/sessions`` (contract §1.1)."""
+    if root is not None:
+        return Path(root).expanduser().resolve()
+    return resolve_home(env) / "sessions"
+
+
+def oplog_path(root: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Path:
+    """``$DSH_HOME/dsh-fork-relink.log``, or beside the root when only ``--root`` is given."""
+    env = os.environ if env is None else env
+    if root is not None and not env.get("DSH_HOME", "").strip():
+        return resolve_root(root, env).parent / OPLOG_NAME
+    return resolve_home(env) / OPLOG_NAME
+
+
+def session_dir(root: Path, session_id: str, cwd: str | None) -> Path:
+    """The one path a session may live at (path binding, format §2.6)."""
+    return root / project_dir_name(cwd) / encode_segment(session_id)

@@ -1,0 +1,264 @@
+"""Facts derived from a log: cut, turns, fork boundaries, catalog, descriptor, preset, title.
+
+Everything here is computed from the few event types in ``MODEL_TYPES``, so it can be derived
+from a selective read of a huge log (see ``reader.open_log(collect=...)``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from .reader import SessionLog, TornTail
+from .records import Event, Header, nonneg_int
+
+MODEL_TYPES = frozenset(
+    (
+        "turn/start",
+        "turn/end",
+        "session/end-seed",
+        "subagent/catalog",
+        "subagent/descriptor",
+        "agent-preset/selected",
+        "session/title",
+        "agent/inbox/spliced",
+        "request/header",
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTurnInfo:
+    turn: int | None
+    start_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    seq: int
+    data: Any
+
+    @property
+    def child_id(self) -> str | None:
+        value = self.data.get("childId") if isinstance(self.data, dict) else None
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    seq: int
+    data: Any
+    inherited_only: bool
+
+
+@dataclass
+class Facts:
+    """Derived facts of one log (semantics §2.6, format §10)."""
+
+    header: Header
+    event_count: int
+    turn_marks: list[tuple[int, bool, Event]] = field(default_factory=list)
+    tagged_markers: list[int] = field(default_factory=list)
+    catalog: list[CatalogEntry] = field(default_factory=list)
+    descriptors: list[tuple[int, Any]] = field(default_factory=list)
+    presets: list[tuple[int, Any]] = field(default_factory=list)
+    titles: list[tuple[int, Any]] = field(default_factory=list)
+    splices: list[tuple[int, Any]] = field(default_factory=list)
+    request_headers: list[tuple[int, Any]] = field(default_factory=list)
+    torn: TornTail | None = None
+
+    # -- inheritance ------------------------------------------------------------------------
+
+    @property
+    def cut(self) -> int:
+        """Inherited event count: seedLength (v0/v1) or the last tagged end-seed (v2+)."""
+        if self.header.version < 2:
+            return self.header.seed_length or 0
+        return self.tagged_markers[-1] if self.tagged_markers else 0
+
+    # -- turns ------------------------------------------------------------------------------
+
+    @property
+    def turn_ends(self) -> list[int]:
+        return [seq for seq, is_end, _ in self.turn_marks if is_end]
+
+    @property
+    def last_turn_end(self) -> int | None:
+        ends = self.turn_ends
+        return ends[-1] if ends else None
+
+    @property
+    def open_turn(self) -> OpenTurnInfo | None:
+        if not self.turn_marks or self.turn_marks[-1][1]:
+            return None
+        _, _, start = self.turn_marks[-1]
+        return OpenTurnInfo(_turn_number(start), start.seq)
+
+    def enclosing_turn(self, seq: int) -> OpenTurnInfo | None:
+        """The turn ``seq`` lies inside (its last turn event at or before is a start)."""
+        seqs = [s for s, _, _ in self.turn_marks]
+        i = bisect.bisect_right(seqs, seq) - 1
+        if i < 0 or self.turn_marks[i][1]:
+            return None
+        start = self.turn_marks[i][2]
+        return OpenTurnInfo(_turn_number(start), start.seq)
+
+    def is_valid_boundary(self, seq: int) -> bool:
+        return 0 <= seq < self.event_count and self.enclosing_turn(seq) is None
+
+    def boundary_ranges(self) -> list[tuple[int, int]]:
+        """Inclusive seq ranges not inside a turn: the valid fork boundaries."""
+        ranges: list[tuple[int, int]] = []
+        lo: int | None = 0
+        for seq, is_end, _ in self.turn_marks:
+            if is_end:
+                if lo is None:
+                    lo = seq
+            elif lo is not None:
+                if seq - 1 >= lo:
+                    ranges.append((lo, seq - 1))
+                lo = None
+        if lo is not None and self.event_count - 1 >= lo:
+            ranges.append((lo, self.event_count - 1))
+        return ranges
+
+    def nearest_boundaries(self, seq: int) -> tuple[int | None, int | None]:
+        """Highest valid boundary below ``seq`` and lowest above it."""
+        below: int | None = None
+        above: int | None = None
+        for lo, hi in self.boundary_ranges():
+            if lo < seq:
+                below = min(hi, seq - 1)
+            if hi > seq and above is None:
+                above = max(lo, seq + 1)
+        return below, above
+
+    # -- subagents --------------------------------------------------------------------------
+
+    def own_catalog(self) -> list[CatalogEntry]:
+        cut = self.cut
+        return [entry for entry in self.catalog if entry.seq >= cut]
+
+    def inherited_catalog(self) -> list[CatalogEntry]:
+        cut = self.cut
+        return [entry for entry in self.catalog if entry.seq < cut]
+
+    def own_descriptors(self) -> list[tuple[int, Any]]:
+        cut = self.cut
+        return [(seq, data) for seq, data in self.descriptors if seq >= cut]
+
+    def descriptor(self) -> Descriptor | None:
+        """First own descriptor; else the last inherited one, flagged (semantics §2.6)."""
+        own = self.own_descriptors()
+        if own:
+            return Descriptor(own[0][0], own[0][1], False)
+        inherited = [(s, d) for s, d in self.descriptors if s < self.cut]
+        if inherited:
+            return Descriptor(inherited[-1][0], inherited[-1][1], True)
+        return None
+
+    # -- other folds ------------------------------------------------------------------------
+
+    def preset_at(self, boundary: int) -> str | None:
+        """Last ``agent-preset/selected`` at or before ``boundary``, else the header's."""
+        for seq, data in reversed(self.presets):
+            if seq <= boundary and isinstance(data, dict):
+                preset = data.get("agentPreset")
+                if isinstance(preset, str):
+                    return preset
+        return self.header.agent_preset
+
+    @property
+    def preset(self) -> str | None:
+        return self.preset_at(self.event_count - 1)
+
+    @property
+    def title(self) -> str | None:
+        for _, data in reversed(self.titles):
+            if isinstance(data, dict) and isinstance(data.get("title"), str):
+                return str(data["title"])
+        return None
+
+    @property
+    def provider_model(self) -> tuple[str | None, str | None]:
+        """``config`` of the latest ``request/header``."""
+        for _, data in reversed(self.request_headers):
+            config = _dig(data, "header", "config")
+            if isinstance(config, dict):
+                provider, model = config.get("provider"), config.get("model")
+                return (
+                    provider if isinstance(provider, str) else None,
+                    model if isinstance(model, str) else None,
+                )
+        return None, None
+
+    def pending_inbox(self, through: int | None = None) -> list[Any]:
+        """Items left queued by the ``agent/inbox/spliced`` edits up to ``through``."""
+        queue: list[Any] = []
+        for seq, data in self.splices:
+            if through is not None and seq > through:
+                break
+            if not isinstance(data, dict) or data.get("outcome") == "canceled":
+                continue
+            start = nonneg_int(data.get("start"))
+            removed = nonneg_int(data.get("removedCount", 0)) or 0
+            inserted = data.get("inserted")
+            if start is None or not isinstance(inserted, list):
+                continue
+            queue[start : start + removed] = inserted
+        return queue
+
+
+def _turn_number(event: Event) -> int | None:
+    return nonneg_int(_dig(event.data, "turn"))
+
+
+def _dig(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def derive(header: Header, event_count: int, events: list[Event]) -> Facts:
+    """Fold the model events of a log (in seq order) into its facts."""
+    facts = Facts(header, event_count)
+    for ev in events:
+        kind = ev.type
+        if kind == "turn/start":
+            facts.turn_marks.append((ev.seq, False, ev))
+        elif kind == "turn/end":
+            facts.turn_marks.append((ev.seq, True, ev))
+        elif kind == "session/end-seed":
+            if isinstance(ev.data, dict) and ev.data.get("inherited") is True:
+                facts.tagged_markers.append(ev.seq)
+        elif kind == "subagent/catalog":
+            facts.catalog.append(CatalogEntry(ev.seq, ev.data))
+        elif kind == "subagent/descriptor":
+            facts.descriptors.append((ev.seq, ev.data))
+        elif kind == "agent-preset/selected":
+            facts.presets.append((ev.seq, ev.data))
+        elif kind == "session/title":
+            facts.titles.append((ev.seq, ev.data))
+        elif kind == "agent/inbox/spliced":
+            facts.splices.append((ev.seq, ev.data))
+        elif kind == "request/header":
+            facts.request_headers.append((ev.seq, ev.data))
+    return facts
+
+
+def facts_of(log: SessionLog) -> Facts:
+    """Facts of a log opened with ``collect=MODEL_TYPES`` (or any superset)."""
+    facts = derive(log.header, log.event_count, log.collected)
+    facts.torn = log.torn
+    return facts
+
+
+def last_inherited_time(log: SessionLog, facts: Facts) -> int | None:
+    """T(X): the time of event cut−1; undefined when nothing is inherited (semantics §2.6)."""
+    cut = facts.cut
+    if cut <= 0 or cut > log.event_count:
+        return None
+    return log.event(cut - 1).time

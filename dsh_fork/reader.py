@@ -1,0 +1,406 @@
+"""Reading one session log: stable read, header, frame index, lazy event access (format §13).
+
+A log is indexed frame by frame: every complete frame is decoded once (checksums verified, line
+boundaries checked, lines counted) while only the lines a caller asks for are parsed. That keeps
+a fork of a 100 MB log from parsing 300,000 JSON lines it only copies.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import frames as zframes
+from .errors import CorruptLog, SessionStale, UnsupportedFormat
+from .generations import SUPPORTED_VERSION, Generation, list_generations, select
+from .records import (
+    Event,
+    Header,
+    LineError,
+    parse_event,
+    parse_header,
+    parse_line,
+    parse_v0_line,
+    split_lines,
+)
+
+HEADER_PROBE_BYTES = 16 * 1024
+
+Identity = tuple[int, int, int, int, int]
+
+
+def _identity(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
+    """stat → read → stat, one retry; a file that keeps changing is SESSION_STALE."""
+    for _ in range(retries + 1):
+        before = _identity(os.stat(path))
+        with open(path, "rb") as handle:
+            data = handle.read()
+        after = _identity(os.stat(path))
+        if before == after and len(data) == after[2]:
+            return data, after
+    raise SessionStale(f"{path} changed while it was being read", path=str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """An incomplete final frame (or final line): what DSH would truncate and recover."""
+
+    offset: int
+    size: int
+    recovered: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A run of body lines: one zstd frame, or the whole body of a plain log."""
+
+    frame: zframes.Frame | None
+    first_seq: int
+    count: int
+    lines: int
+
+
+@dataclass
+class SessionLog:
+    """The committed part of one generation file, indexed but not fully parsed."""
+
+    generation: Generation
+    data: bytes
+    identity: Identity
+    header: Header
+    header_end: int
+    chunks: list[Chunk] = field(default_factory=list)
+    torn: TornTail | None = None
+    event_count: int = 0
+    collected: list[Event] = field(default_factory=list)
+    _expanded: list[Event] | None = None
+    _cache: tuple[int, list[bytes]] | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.generation.path
+
+    @property
+    def session_dir(self) -> Path:
+        return self.generation.path.parent
+
+    @property
+    def version(self) -> int:
+        return self.generation.version
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    # -- lines ------------------------------------------------------------------------------
+
+    def _chunk_plaintext(self, index: int) -> bytes:
+        chunk = self.chunks[index]
+        if chunk.frame is None:
+            end = self.torn.offset if self.torn else len(self.data)
+            return self.data[self.header_end : end]
+        return zframes.decode(self.data, chunk.frame, index + 1)
+
+    def chunk_lines(self, index: int) -> list[bytes]:
+        if self._cache is not None and self._cache[0] == index:
+            return self._cache[1]
+        lines = split_lines(self._chunk_plaintext(index), where=self.where)
+        self._cache = (index, lines)
+        return lines
+
+    def _chunk_of(self, seq: int) -> int:
+        starts = [c.first_seq for c in self.chunks]
+        return bisect.bisect_right(starts, seq) - 1
+
+    # -- events -----------------------------------------------------------------------------
+
+    def event(self, seq: int) -> Event:
+        """Random access to one event by seq."""
+        if not 0 <= seq < self.event_count:
+            raise IndexError(seq)
+        if self._expanded is not None:
+            return self._expanded[seq]
+        index = self._chunk_of(seq)
+        chunk = self.chunks[index]
+        line = self.chunk_lines(index)[seq - chunk.first_seq]
+        return parse_event(line, seq, where=self.where)
+
+    def events(self, types: Iterable[str] | None = None) -> Iterator[Event]:
+        """Events in seq order; with ``types``, only events of those types are parsed.
+
+        The type filter looks for the quoted type name in the raw line, as JSON.stringify and
+        orjson write it; every candidate is parsed and checked, so a mention inside a message
+        is not mistaken for an event of that type.
+        """
+        wanted = None if types is None else frozenset(types)
+        if self._expanded is not None:
+            for ev in self._expanded:
+                if wanted is None or ev.type in wanted:
+                    yield ev
+            return
+        tokens = None if wanted is None else [f'"{t}"'.encode() for t in wanted]
+        for index, chunk in enumerate(self.chunks):
+            if tokens is None:
+                for offset, line in enumerate(self.chunk_lines(index)):
+                    yield parse_event(line, chunk.first_seq + offset, where=self.where)
+                continue
+            plaintext = self._chunk_plaintext(index)
+            for offset, line in _matching_lines(plaintext, tokens):
+                ev = parse_event(line, chunk.first_seq + offset, where=self.where)
+                if wanted is not None and ev.type in wanted:
+                    yield ev
+
+    def raw_lines(self, first: int, last: int) -> Iterator[bytes]:
+        """Stored line bytes (without 0x0A) of events ``first..last`` inclusive (v2+ only)."""
+        if self._expanded is not None:
+            raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
+        for index, chunk in enumerate(self.chunks):
+            lo, hi = chunk.first_seq, chunk.first_seq + chunk.count - 1
+            if hi < first or lo > last:
+                continue
+            lines = self.chunk_lines(index)
+            yield from lines[max(first, lo) - lo : min(last, hi) - lo + 1]
+
+    def prefix(self, last: int) -> tuple[list[bytes], bytes]:
+        """The body through seq ``last`` as (whole compressed frames, re-framed plaintext).
+
+        Frames that lie wholly inside the prefix are returned byte for byte; only the frame
+        holding ``last`` is cut, and its lines are returned as plaintext to be re-encoded.
+        """
+        verbatim: list[bytes] = []
+        tail = b""
+        if last < 0:
+            return verbatim, tail
+        for index, chunk in enumerate(self.chunks):
+            hi = chunk.first_seq + chunk.count - 1
+            if chunk.first_seq > last:
+                break
+            if hi <= last and chunk.frame is not None:
+                verbatim.append(self.data[chunk.frame.start : chunk.frame.end])
+                continue
+            lines = self.chunk_lines(index)[: last - chunk.first_seq + 1]
+            tail = b"".join(line + b"\n" for line in lines)
+            break
+        return verbatim, tail
+
+
+def _matching_lines(plaintext: bytes, tokens: list[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(line offset, line) of every line holding one of ``tokens``, in order, each once."""
+    hits: list[int] = []
+    for token in tokens:
+        pos = plaintext.find(token)
+        while pos != -1:
+            hits.append(pos)
+            pos = plaintext.find(token, pos + 1)
+    if not hits:
+        return
+    hits.sort()
+    line_no = 0
+    scanned = 0
+    last_start = -1
+    for pos in hits:
+        line_no += plaintext.count(b"\n", scanned, pos)
+        scanned = pos
+        start = plaintext.rfind(b"\n", 0, pos) + 1
+        if start == last_start:
+            continue
+        last_start = start
+        end = plaintext.find(b"\n", pos)
+        yield line_no, plaintext[start:end]
+
+
+# -- opening --------------------------------------------------------------------------------
+
+
+def current_generation(session_dir: Path) -> Generation | None:
+    return select(list_generations(session_dir))
+
+
+def _check_version(generation: Generation) -> None:
+    if generation.version > SUPPORTED_VERSION:
+        raise UnsupportedFormat(
+            f"{generation.path}: generation v{generation.version} is newer than "
+            f"v{SUPPORTED_VERSION} (written by a newer harness)",
+            version=generation.version,
+            path=str(generation.path),
+        )
+
+
+def read_header(generation: Generation) -> Header:
+    """The header alone: the first frame (or first line) only, as DSH lists sessions."""
+    _check_version(generation)
+    where = str(generation.path)
+    with open(generation.path, "rb") as handle:
+        data = handle.read(HEADER_PROBE_BYTES)
+        while True:
+            if generation.encoding == "plain":
+                end = data.find(b"\n")
+                if end != -1:
+                    return parse_header(data[:end], generation.version, where=where)
+            else:
+                scan = zframes.scan(data, limit=1)
+                if scan.frames:
+                    return _header_from_frame(data, scan.frames[0], generation, where)
+            more = handle.read(max(len(data), HEADER_PROBE_BYTES))
+            if not more:
+                raise CorruptLog(f"{where}: no complete header", path=where)
+            data += more
+
+
+def peek_fields(generation: Generation) -> dict[str, object] | None:
+    """The raw header object without any validation: to attribute an unreadable session."""
+    try:
+        with open(generation.path, "rb") as handle:
+            data = handle.read(HEADER_PROBE_BYTES)
+        if generation.encoding == "plain":
+            line = data.split(b"\n", 1)[0]
+        else:
+            scan = zframes.scan(data, limit=1)
+            if not scan.frames:
+                return None
+            line = zframes.decode(data, scan.frames[0]).split(b"\n", 1)[0]
+        value, _ = parse_line(line)
+    except (OSError, CorruptLog, LineError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _header_from_frame(
+    data: bytes, frame: zframes.Frame, generation: Generation, where: str
+) -> Header:
+    plaintext = zframes.decode(data, frame, 0)
+    if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
+        raise CorruptLog(f"{where}: first frame is not exactly one header line", frame=0)
+    return parse_header(plaintext[:-1], generation.version, where=where)
+
+
+def open_log(
+    generation: Generation, *, collect: Iterable[str] = (), check_dir: bool = True
+) -> SessionLog:
+    """Stable-read and index one generation (format §13 steps 2–6).
+
+    Events whose type is in ``collect`` are parsed during the same pass and kept in
+    ``log.collected``, so a caller that needs a few types decodes every frame only once.
+    """
+    _check_version(generation)
+    data, identity = stable_read(generation.path)
+    if check_dir:
+        now = current_generation(generation.path.parent)
+        if now is None or now.path != generation.path:
+            raise SessionStale(
+                f"{generation.path.parent}: its generations changed while being read",
+                path=str(generation.path),
+            )
+    wanted = frozenset(collect)
+    if generation.encoding == "plain":
+        log = _index_plain(generation, data, identity)
+        if wanted:
+            log.collected = list(log.events(wanted))
+        return log
+    return _index_zstd(generation, data, identity, wanted)
+
+
+def _index_zstd(
+    generation: Generation, data: bytes, identity: Identity, wanted: frozenset[str]
+) -> SessionLog:
+    where = str(generation.path)
+    scan = zframes.scan(data)
+    if not scan.frames:
+        raise CorruptLog(f"{where}: no complete frame", path=where)
+    header = _header_from_frame(data, scan.frames[0], generation, where)
+    log = SessionLog(generation, data, identity, header, scan.frames[0].end)
+    if scan.torn_start is not None:
+        tail = zframes.decode_torn(data, scan.torn_start)
+        complete = tail[: tail.rfind(b"\n") + 1]
+        recovered = tuple(complete[:-1].split(b"\n")) if complete else ()
+        log.torn = TornTail(scan.torn_start, scan.size - scan.torn_start, recovered)
+    if generation.version < 2:
+        bodies = [zframes.decode(data, frame, i + 1) for i, frame in enumerate(scan.frames[1:])]
+        _expand_all(log, b"".join(bodies), where)
+        log.collected = [ev for ev in log._expanded or () if ev.type in wanted]
+        return log
+    tokens = [f'"{t}"'.encode() for t in wanted]
+    seq = 0
+    for i, frame in enumerate(scan.frames[1:]):
+        plaintext = zframes.decode(data, frame, i + 1)
+        if not plaintext:
+            raise CorruptLog(f"{where}: empty frame {i + 2}", frame=i + 1)
+        if not plaintext.endswith(b"\n"):
+            raise CorruptLog(
+                f"{where}: complete frame {i + 2} contains a torn JSONL record", frame=i + 1
+            )
+        if plaintext.startswith(b"\n") or b"\n\n" in plaintext:
+            raise CorruptLog(f"{where}: empty line in frame {i + 2}", frame=i + 1)
+        count = plaintext.count(b"\n")
+        _check_edges(plaintext, seq, count, where)
+        if tokens:
+            for offset, line in _matching_lines(plaintext, tokens):
+                ev = parse_event(line, seq + offset, where=where)
+                if ev.type in wanted:
+                    log.collected.append(ev)
+        log.chunks.append(Chunk(frame, seq, count, count))
+        seq += count
+    log.event_count = seq
+    return log
+
+
+def _check_edges(plaintext: bytes, first_seq: int, count: int, where: str) -> None:
+    """Parse the first and last line of a frame: seq density is checked at every frame edge."""
+    first_end = plaintext.find(b"\n")
+    parse_event(plaintext[:first_end], first_seq, where=where)
+    if count > 1:
+        last_start = plaintext.rfind(b"\n", 0, len(plaintext) - 1) + 1
+        parse_event(plaintext[last_start:-1], first_seq + count - 1, where=where)
+
+
+def _index_plain(generation: Generation, data: bytes, identity: Identity) -> SessionLog:
+    where = str(generation.path)
+    header_end = data.find(b"\n")
+    if header_end == -1:
+        raise CorruptLog(f"{where}: no complete header line", path=where)
+    header = parse_header(data[:header_end], generation.version, where=where)
+    log = SessionLog(generation, data, identity, header, header_end + 1)
+    committed = data.rfind(b"\n") + 1
+    if committed < len(data):
+        log.torn = TornTail(committed, len(data) - committed, ())
+    body = data[header_end + 1 : committed]
+    if generation.version < 2:
+        _expand_all(log, body, where)
+        return log
+    lines = split_lines(body, where=where)
+    for offset, line in enumerate(lines):
+        parse_event(line, offset, where=where)
+    log.chunks.append(Chunk(None, 0, len(lines), len(lines)))
+    log.event_count = len(lines)
+    return log
+
+
+def _expand_all(log: SessionLog, body: bytes, where: str) -> None:
+    events: list[Event] = []
+    for line in split_lines(body, where=where):
+        events.extend(parse_v0_line(line, len(events), where=where))
+    log._expanded = events
+    log.event_count = len(events)
+
+
+def parse_recovered(log: SessionLog) -> list[bytes]:
+    """The torn tail's complete lines that DSH would keep: parsable and continuing the seqs."""
+    kept: list[bytes] = []
+    if log.torn is None:
+        return kept
+    for line in log.torn.recovered:
+        try:
+            value, _ = parse_line(line)
+        except LineError:
+            break
+        if not isinstance(value, dict) or value.get("seq") != log.event_count + len(kept):
+            break
+        kept.append(line)
+    return kept

@@ -1,0 +1,409 @@
+"""JSONL records: line splitting, lenient parsing, headers, event envelopes, packed rows.
+
+Lines are split on byte 0x0A only (format §6). Inherited lines are never re-serialised; only the
+records dsh-fork itself creates are encoded here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import CorruptLog, UnsupportedFormat
+from .generations import MAX_SAFE_INTEGER, SUPPORTED_VERSION
+from .layout import is_absolute_cwd
+
+MISSING: Any = object()
+
+HEADER_KEYS_V2 = (
+    "type",
+    "version",
+    "id",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "isSeeded",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
+)
+_REQUIRED_V2 = frozenset(("type", "version", "id", "createdAt", "isSeeded", "delegationDepth"))
+_ALLOWED_V2 = frozenset(HEADER_KEYS_V2)
+_REQUIRED_V0 = frozenset(("type", "version", "id", "createdAt", "delegationDepth"))
+_ALLOWED_V0 = frozenset(
+    (*_REQUIRED_V0, "cwd", "parentSession", "seedLength", "origin", "agentPreset")
+)
+ENVELOPE_KEYS = frozenset(
+    ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
+)
+PACKED_TYPES = frozenset(("text-chunks", "reasoning-chunks", "tool-call-chunks"))
+
+
+class LineError(ValueError):
+    """A line that cannot be parsed as a JSON value."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_line(line: bytes) -> tuple[Any, bool]:
+    """(value, lenient): orjson first; JSON.parse-compatible fallback for lone surrogate
+    escapes, invalid UTF-8 and big integers, which DSH accepts (format §6)."""
+    try:
+        return orjson.loads(line), False
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = line.decode("utf-8", "replace")
+        return json.loads(text, parse_constant=_reject_constant), True
+    except (ValueError, RecursionError) as exc:
+        raise LineError(str(exc)) from None
+
+
+def safe_int(value: Any) -> int | None:
+    """The integer a JSON number stands for under JavaScript rules, or None.
+
+    ``5.0`` counts as 5; ``-0``, booleans, fractions and values beyond ±(2^53−1) do not.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        if value == 0 and str(value).startswith("-"):
+            return None
+        as_int = int(value)
+        return as_int if -MAX_SAFE_INTEGER <= as_int <= MAX_SAFE_INTEGER else None
+    return None
+
+
+def nonneg_int(value: Any) -> int | None:
+    result = safe_int(value)
+    return result if result is not None and result >= 0 else None
+
+
+def split_lines(plaintext: bytes, *, where: str = "log") -> list[bytes]:
+    """Lines without their 0x0A; the text must end on a line boundary and hold no empty line."""
+    if not plaintext:
+        return []
+    if not plaintext.endswith(b"\n"):
+        raise CorruptLog(f"{where}: complete frame contains a torn JSONL record")
+    lines = plaintext[:-1].split(b"\n")
+    if b"" in lines:
+        raise CorruptLog(f"{where}: empty line in the committed part")
+    return lines
+
+
+# -- header ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    version: int
+    id: str
+    created_at: int
+    cwd: str | None
+    parent_session: str | None
+    is_seeded: bool
+    origin: str | None
+    delegation_depth: int
+    agent_preset: str | None
+    seed_length: int | None
+    raw: bytes
+    fields: dict[str, Any]
+
+    @property
+    def is_subagent(self) -> bool:
+        return self.origin == "subagent" and self.parent_session is not None
+
+    @property
+    def is_fork_child(self) -> bool:
+        return self.is_seeded and self.parent_session is not None and self.origin is None
+
+
+def header_version(value: Any) -> int | None:
+    """The raw ``version`` of a header object, checked before its shape (format §7.2)."""
+    if not isinstance(value, dict) or value.get("type") != "session":
+        return None
+    return nonneg_int(value.get("version"))
+
+
+def parse_header(line: bytes, file_version: int, *, where: str = "header") -> Header:
+    """Validate a header line for its generation; future versions are unsupported, not corrupt."""
+    try:
+        value, _ = parse_line(line)
+    except LineError as exc:
+        raise CorruptLog(f"{where}: header is not JSON ({exc})") from None
+    version = header_version(value)
+    if version is None:
+        raise CorruptLog(f"{where}: first record is not a session header")
+    if version > SUPPORTED_VERSION:
+        raise UnsupportedFormat(
+            f"{where}: header version {version} is newer than v{SUPPORTED_VERSION}",
+            version=version,
+        )
+    if version != file_version:
+        raise CorruptLog(
+            f"{where}: header version {version} does not match the file name (v{file_version})",
+            version=version,
+        )
+    fields: dict[str, Any] = value
+    keys = set(fields)
+    required, allowed = (_REQUIRED_V0, _ALLOWED_V0) if version < 2 else (_REQUIRED_V2, _ALLOWED_V2)
+    if not required <= keys:
+        missing = ", ".join(sorted(required - keys))
+        raise CorruptLog(f"{where}: header lacks {missing}")
+    if not keys <= allowed:
+        extra = ", ".join(sorted(keys - allowed))
+        raise CorruptLog(f"{where}: header has keys not allowed in v{version}: {extra}")
+
+    def text(key: str, *, optional: bool = True) -> str | None:
+        item = fields.get(key, MISSING)
+        if item is MISSING and optional:
+            return None
+        if not isinstance(item, str) or item == "":
+            raise CorruptLog(f"{where}: header {key} must be a non-empty string")
+        return item
+
+    session_id = text("id", optional=False)
+    assert session_id is not None
+    created_at = nonneg_int(fields["createdAt"])
+    if created_at is None:
+        raise CorruptLog(f"{where}: header createdAt must be a non-negative safe integer")
+    depth = nonneg_int(fields["delegationDepth"])
+    if depth is None:
+        raise CorruptLog(f"{where}: header delegationDepth must be a non-negative safe integer")
+    cwd = text("cwd")
+    if cwd is not None and not is_absolute_cwd(cwd):
+        raise CorruptLog(f"{where}: header cwd is not absolute")
+    origin = fields.get("origin")
+    if origin is not None and origin != "subagent":
+        raise CorruptLog(f'{where}: header origin must be "subagent"')
+    parent = fields.get("parentSession")
+    if parent is not None and not isinstance(parent, str):
+        raise CorruptLog(f"{where}: header parentSession must be a string")
+    preset = fields.get("agentPreset")
+    if preset is not None and not isinstance(preset, str):
+        raise CorruptLog(f"{where}: header agentPreset must be a string")
+    seed_length: int | None = None
+    if version < 2:
+        if "seedLength" in fields:
+            seed_length = nonneg_int(fields["seedLength"])
+            if seed_length is None:
+                raise CorruptLog(f"{where}: header seedLength must be a non-negative integer")
+        is_seeded = seed_length is not None
+    else:
+        seeded = fields["isSeeded"]
+        if not isinstance(seeded, bool):
+            raise CorruptLog(f"{where}: header isSeeded must be a boolean")
+        is_seeded = seeded
+    return Header(
+        version=version,
+        id=session_id,
+        created_at=created_at,
+        cwd=cwd,
+        parent_session=parent,
+        is_seeded=is_seeded,
+        origin=origin,
+        delegation_depth=depth,
+        agent_preset=preset,
+        seed_length=seed_length,
+        raw=line,
+        fields=fields,
+    )
+
+
+def encode_header(
+    *,
+    session_id: str,
+    created_at: int,
+    cwd: str | None,
+    parent_session: str | None,
+    is_seeded: bool,
+    origin: str | None,
+    delegation_depth: int,
+    agent_preset: str | None,
+) -> bytes:
+    """A v4 header line (with its 0x0A) in the key order of format §7.2; absent keys omitted."""
+    values: dict[str, Any] = {
+        "type": "session",
+        "version": SUPPORTED_VERSION,
+        "id": session_id,
+        "createdAt": created_at,
+        "cwd": cwd,
+        "parentSession": parent_session,
+        "isSeeded": is_seeded,
+        "origin": origin,
+        "delegationDepth": delegation_depth,
+        "agentPreset": agent_preset,
+    }
+    return orjson.dumps({k: v for k, v in values.items() if v is not None}) + b"\n"
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Event:
+    """One logical event. ``raw`` is the stored line (no 0x0A); None for packed-row members."""
+
+    seq: int
+    type: str
+    time: int | None
+    data: Any
+    obj: dict[str, Any]
+    raw: bytes | None
+    lenient: bool = False
+
+    @property
+    def ignorable(self) -> bool:
+        return self.obj.get("ignorable") is True
+
+
+def parse_event(line: bytes, expected_seq: int, *, where: str = "log") -> Event:
+    """Envelope of one v2+ line; a non-object, a missing type or a wrong seq is corruption."""
+    try:
+        value, lenient = parse_line(line)
+    except LineError as exc:
+        raise CorruptLog(
+            f"{where}: event {expected_seq} is not JSON ({exc})", line=expected_seq
+        ) from None
+    if not isinstance(value, dict):
+        raise CorruptLog(f"{where}: event {expected_seq} is not an object", line=expected_seq)
+    event_type = value.get("type")
+    if not isinstance(event_type, str):
+        raise CorruptLog(f"{where}: event {expected_seq} has no type", line=expected_seq)
+    seq = nonneg_int(value.get("seq"))
+    if seq != expected_seq:
+        raise CorruptLog(
+            f"{where}: seq {value.get('seq')!r} where {expected_seq} was expected (seqs must be "
+            "dense from 0)",
+            line=expected_seq,
+        )
+    return Event(
+        seq=seq,
+        type=event_type,
+        time=safe_int(value.get("time")),
+        data=value.get("data", MISSING),
+        obj=value,
+        raw=line,
+        lenient=lenient,
+    )
+
+
+def expand_row(value: dict[str, Any], expected_seq: int, where: str = "log") -> list[Event]:
+    """The events of a v0/v1 packed chunk row (format §9); a malformed row is corruption."""
+
+    def bad(reason: str) -> CorruptLog:
+        return CorruptLog(f"{where}: packed row at seq {expected_seq}: {reason}")
+
+    if set(value) != {"type", "seq0", "time0", "data"}:
+        raise bad("envelope keys are not type, seq0, time0, data")
+    seq0 = nonneg_int(value["seq0"])
+    time0 = safe_int(value["time0"])
+    if seq0 != expected_seq:
+        raise bad(f"seq0 {value['seq0']!r} does not continue the seqs")
+    if time0 is None:
+        raise bad("time0 is not a safe integer")
+    data = value["data"]
+    kind = value["type"]
+    if not isinstance(data, dict):
+        raise bad("data is not an object")
+    payload_key = "args" if kind == "tool-call-chunks" else "texts"
+    base = {"turn", "step", "index", "dt", payload_key}
+    if kind == "tool-call-chunks":
+        if not base | {"id"} <= set(data) <= base | {"id", "name"}:
+            raise bad("data keys")
+        if not isinstance(data["id"], str) or not data["id"]:
+            raise bad("id")
+    elif set(data) != base:
+        raise bad("data keys")
+    payload = data[payload_key]
+    gaps = data["dt"]
+    if (
+        not isinstance(payload, list)
+        or not payload
+        or not all(isinstance(p, str) for p in payload)
+        or not isinstance(gaps, list)
+        or len(gaps) != len(payload) - 1
+    ):
+        raise bad("payload and dt")
+    events: list[Event] = []
+    time = time0
+    for k, piece in enumerate(payload):
+        if k:
+            gap = safe_int(gaps[k - 1])
+            if gap is None:
+                raise bad("dt entry")
+            time += gap
+            if safe_int(time) is None:
+                raise bad("running time")
+        if kind == "tool-call-chunks":
+            chunk: dict[str, Any] = {
+                "type": "tool-call-delta",
+                "index": data["index"],
+                "id": data["id"],
+            }
+            if "name" in data:
+                chunk["name"] = data["name"]
+            chunk["argumentsDelta"] = piece
+        else:
+            delta = "text-delta" if kind == "text-chunks" else "reasoning-delta"
+            chunk = {"type": delta, "index": data["index"], "text": piece}
+        event_data = {"turn": data["turn"], "step": data["step"], "chunk": chunk}
+        obj = {"type": "assistant/chunk", "seq": seq0 + k, "time": time, "data": event_data}
+        events.append(Event(seq0 + k, "assistant/chunk", time, event_data, obj, None))
+    return events
+
+
+def parse_v0_line(line: bytes, expected_seq: int, *, where: str = "log") -> list[Event]:
+    """One v0/v1 line: a packed row expands to several events, anything else is one event."""
+    try:
+        value, _ = parse_line(line)
+    except LineError as exc:
+        raise CorruptLog(f"{where}: row at seq {expected_seq} is not JSON ({exc})") from None
+    if isinstance(value, dict) and value.get("type") in PACKED_TYPES and "seq0" in value:
+        return expand_row(value, expected_seq, where)
+    return [parse_event(line, expected_seq, where=where)]
+
+
+def decode_source_seqs(stored: Any, seq: int) -> list[int]:
+    """The logical ``sourceEventSeqs`` list of a row (format §8.4); ValueError when invalid."""
+    if not isinstance(stored, list):
+        raise ValueError("sourceEventSeqs is not a list")
+    out: list[int] = []
+    had_pair = False
+    for item in stored:
+        if isinstance(item, list):
+            if len(item) != 2:
+                raise ValueError("range pair is not of length 2")
+            start, end = nonneg_int(item[0]), nonneg_int(item[1])
+            if start is None or end is None or start > end:
+                raise ValueError("bad range pair")
+            had_pair = True
+            out.extend(range(start, end + 1))
+        else:
+            value = nonneg_int(item)
+            if value is None:
+                raise ValueError("entry is not a non-negative integer")
+            out.append(value)
+    if any(v >= seq for v in out):
+        raise ValueError("cites a seq not earlier than its own")
+    if len(set(out)) != len(out):
+        raise ValueError("duplicate seqs")
+    if had_pair and any(b <= a for a, b in itertools.pairwise(out)):
+        raise ValueError("ranges do not decode to an increasing list")
+    return out
+
+
+def encode_event(event_type: str, seq: int, time: int, data: Any) -> bytes:
+    """A line dsh-fork creates (with its 0x0A), keys in the order ``type, seq, time, data``."""
+    return orjson.dumps({"type": event_type, "seq": seq, "time": time, "data": data}) + b"\n"

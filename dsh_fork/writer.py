@@ -1,0 +1,279 @@
+"""Durable writes: publishing a new session and appending whole frames (format §14).
+
+A new session appears the way DSH materialises one: the canonical file name is created last, by
+``link`` from a fully written and fsynced temp file, so a crash at any point leaves either no
+session or a complete one. Appends are one checksummed frame each, under ``session.lock``, rolled
+back on failure. Every step goes through ``faults`` so tests can fail or crash after any of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import faults
+from . import frames as zframes
+from .catalog import catalog_problem
+from .errors import InternalError, SessionAlreadyExists, UnsupportedFormat, UsageError
+from .generations import CURRENT_NAME, SUPPORTED_VERSION, list_generations
+from .locking import SessionLock
+from .model import MODEL_TYPES, Facts, facts_of
+from .reader import SessionLog, open_log, parse_recovered
+from .records import encode_event
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+NewEvent = tuple[str, int, Any]
+"""An event dsh-fork creates: (type, time, data); the writer gives it its seq."""
+
+
+# -- primitive steps ------------------------------------------------------------------------
+
+
+def fsync_dir(path: Path) -> None:
+    faults.step("fsync-dir", path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    faults.done("fsync-dir", path)
+
+
+def _write_all(fd: int, data: bytes | memoryview, path: Path, kind: str = "write") -> None:
+    """Write everything, looping over short writes; a ``tear`` plan writes half, then dies."""
+    faults.step(kind, path)
+    view = memoryview(data)
+    torn = faults.tear_at(len(view))
+    if torn is not None:
+        view = view[:torn]
+    while view:
+        view = view[os.write(fd, view) :]
+    faults.done(kind, path)
+
+
+def _fsync(fd: int, path: Path) -> None:
+    faults.step("fsync", path)
+    os.fsync(fd)
+    faults.done("fsync", path)
+
+
+def _ensure_dir(path: Path) -> None:
+    """Create one directory 0700 (fsyncing its parent), refusing to write through a symlink."""
+    if path.is_symlink():
+        raise UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
+    if path.is_dir():
+        return
+    faults.step("mkdir", path)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        if path.is_symlink() or not path.is_dir():
+            raise UsageError(f"{path} exists and is not a directory", path=str(path)) from None
+        return
+    faults.done("mkdir", path)
+    fsync_dir(path.parent)
+
+
+def ensure_session_dir(root: Path, project: str, segment: str) -> Path:
+    """root/project/segment, each created 0700 if missing, none of them a symlink."""
+    if not root.exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+    for path in (root, root / project, root / project / segment):
+        _ensure_dir(path)
+    return root / project / segment
+
+
+# -- publishing -----------------------------------------------------------------------------
+
+
+@dataclass
+class Body:
+    """The events of a new session: whole compressed frames, then plaintext lines to frame."""
+
+    frames: list[bytes] = field(default_factory=list)
+    tail: bytes = b""
+
+    def add_lines(self, lines: list[bytes]) -> None:
+        self.tail += b"".join(lines)
+
+    def encoded(self) -> list[bytes]:
+        lines = [line + b"\n" for line in self.tail.split(b"\n")[:-1]]
+        return self.frames + [zframes.encode(chunk) for chunk in zframes.batch_lines(lines)]
+
+
+@dataclass
+class Published:
+    path: Path
+    session_dir: Path
+    size: int
+    lock: SessionLock | None
+
+
+def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: bool) -> Published:
+    """Write a new session into an existing, empty session dir (format §14.1 steps 2–6)."""
+    lock = SessionLock(session_dir).acquire()
+    temp: Path | None = None
+    try:
+        if list_generations(session_dir):
+            raise SessionAlreadyExists(
+                f"{session_dir.name} already holds a session", path=str(session_dir)
+            )
+        final = session_dir / CURRENT_NAME
+        temp = session_dir / f"{CURRENT_NAME}.{secrets.token_hex(6)}.tmp"
+        payload = [zframes.encode(header_line), *body.encoded()]
+        faults.step("create", temp)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        faults.done("create", temp)
+        try:
+            for frame in payload:
+                _write_all(fd, frame, temp)
+            _fsync(fd, temp)
+        finally:
+            os.close(fd)
+        _link_into_place(temp, final, session_dir)
+        fsync_dir(session_dir)
+        faults.step("unlink", temp)
+        os.unlink(temp)
+        faults.done("unlink", temp)
+        temp = None
+        size = sum(len(f) for f in payload)
+    except Exception:
+        if temp is not None:
+            _remove_quietly(temp)
+        lock.release()
+        raise
+    if not keep_lock:
+        lock.release()
+    return Published(final, session_dir, size, lock if keep_lock else None)
+
+
+def _link_into_place(temp: Path, final: Path, session_dir: Path) -> None:
+    faults.step("link", final)
+    try:
+        os.link(temp, final)
+    except FileExistsError:
+        raise SessionAlreadyExists(f"{final} already exists", path=str(final)) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        if list_generations(session_dir):
+            raise SessionAlreadyExists(f"{final} already exists", path=str(final)) from None
+        os.rename(temp, final)
+    faults.done("link", final)
+
+
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+# -- appending ------------------------------------------------------------------------------
+
+
+@dataclass
+class Appended:
+    """What an append did: the seqs it wrote and whether it repaired a torn tail first."""
+
+    first_seq: int
+    count: int
+    repaired_tail: bool
+    log: SessionLog
+    facts: Facts
+
+
+Builder = Callable[[SessionLog, Facts], list[NewEvent]]
+
+
+def append(session_dir: Path, build: Builder, *, lock: SessionLock | None = None) -> Appended:
+    """Re-read a v4 log under its lock, repair a torn tail, append what ``build`` returns.
+
+    ``build`` sees the log as it is under the lock, so uniqueness decisions are never made on
+    a stale read. An empty build appends nothing.
+    """
+    own_lock = lock is None
+    held = lock if lock is not None else SessionLock(session_dir).acquire()
+    try:
+        log = _read_for_write(session_dir)
+        repaired = False
+        if log.torn is not None:
+            _repair_torn_tail(log)
+            repaired = True
+            log = _read_for_write(session_dir)
+        facts = facts_of(log)
+        new = build(log, facts)
+        if not new:
+            return Appended(log.event_count, 0, repaired, log, facts)
+        lines = _encode_new(new, log.event_count, facts)
+        _append_frame(log.path, b"".join(lines), len(log.data))
+        return Appended(log.event_count, len(lines), repaired, log, facts)
+    finally:
+        if own_lock:
+            held.release()
+
+
+def _read_for_write(session_dir: Path) -> SessionLog:
+    generations = list_generations(session_dir)
+    if not generations:
+        raise InternalError(f"{session_dir} holds no session to append to")
+    current = generations[-1]
+    if current.version != SUPPORTED_VERSION or current.encoding != "zstd":
+        raise UnsupportedFormat(
+            f"{session_dir.name}: only v4 zstd logs are written (found v{current.version} "
+            f"{current.encoding})",
+            version=current.version,
+        )
+    return open_log(current, collect=MODEL_TYPES)
+
+
+def _encode_new(new: list[NewEvent], first_seq: int, facts: Facts) -> list[bytes]:
+    """Seqs from the event count; catalog facts checked against DSH's schema and uniqueness."""
+    own_ids = {entry.child_id for entry in facts.own_catalog()}
+    lines: list[bytes] = []
+    for offset, (event_type, time, data) in enumerate(new):
+        if event_type == "subagent/catalog":
+            problem = catalog_problem(data)
+            if problem is not None or data["childId"] in own_ids:
+                raise InternalError(f"refusing to append an invalid catalog fact: {problem}")
+            own_ids.add(data["childId"])
+        lines.append(encode_event(event_type, first_seq + offset, time, data))
+    return lines
+
+
+def _append_frame(path: Path, plaintext: bytes, old_size: int) -> None:
+    """One complete frame with O_APPEND and fsync; on failure truncate back and fsync."""
+    frame = zframes.encode(plaintext)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        try:
+            _write_all(fd, frame, path, "append")
+            _fsync(fd, path)
+        except Exception:
+            os.ftruncate(fd, old_size)
+            os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _repair_torn_tail(log: SessionLog) -> None:
+    """DSH's recovery (format §5.3): truncate at the torn frame, re-append recovered lines."""
+    assert log.torn is not None
+    recovered = parse_recovered(log)
+    fd = os.open(log.path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        faults.step("truncate", log.path)
+        os.ftruncate(fd, log.torn.offset)
+        faults.done("truncate", log.path)
+        _fsync(fd, log.path)
+    finally:
+        os.close(fd)
+    if recovered:
+        _append_frame(log.path, b"".join(line + b"\n" for line in recovered), log.torn.offset)

@@ -1,0 +1,153 @@
+"""Shared test helpers: roots built with the project's own fixture layer, CLI runs, digests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from dsh_fork import frames as zframes
+from dsh_fork.cli.app import app
+from dsh_fork.fixtures import Clock, Ids
+
+SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty sessions root (``<tmp>/home/sessions``) that does not exist yet."""
+    return tmp_path / "home" / "sessions"
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ids() -> Ids:
+    return Ids(1234)
+
+
+def log_lines(path: Path) -> list[bytes]:
+    """Decompressed lines (without 0x0A) of a whole generation file, header first."""
+    data = path.read_bytes()
+    scan = zframes.scan(data)
+    plaintext = b"".join(zframes.decode(data, f) for f in scan.frames)
+    return plaintext.split(b"\n")[:-1]
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in log_lines(path)[1:]]
+
+
+def log_header(path: Path) -> dict[str, Any]:
+    value: dict[str, Any] = orjson.loads(log_lines(path)[0])
+    return value
+
+
+def frame_count(path: Path) -> int:
+    return len(zframes.scan(path.read_bytes()).frames)
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (relative path → digest)."""
+    out: dict[str, str] = {}
+    if not root.exists():
+        return out
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def tree_listing(root: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file and dir under ``root``: what a dry run must not change."""
+    out: dict[str, tuple[int, int]] = {}
+    for path in sorted(root.rglob("*")):
+        st = path.stat()
+        out[str(path.relative_to(root))] = (st.st_size if path.is_file() else 0, st.st_mtime_ns)
+    return out
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return orjson.loads(self.stdout)
+
+
+def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> Result:
+    """Run the CLI in-process with separate stdout and stderr."""
+    runner = CliRunner()
+    result = runner.invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
+class LockHolder:
+    """Another process holding ``flock`` on a session's lock, as a live DSH writer does."""
+
+    def __init__(self, session_dir: Path) -> None:
+        code = textwrap.dedent(
+            """
+            import fcntl, os, sys
+            fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            sys.stdout.write("locked\\n"); sys.stdout.flush()
+            sys.stdin.read()
+            """
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(session_dir / "session.lock")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "locked"
+
+    def release(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def hold_lock() -> Iterator[Any]:
+    """``hold_lock(session_dir)`` starts a holder; every holder is released at teardown."""
+    holders: list[LockHolder] = []
+
+    def start(session_dir: Path) -> LockHolder:
+        holder = LockHolder(session_dir)
+        holders.append(holder)
+        return holder
+
+    yield start
+    for holder in holders:
+        holder.release()
+
+
+@pytest.fixture
+def samples_root(tmp_path: Path) -> Path:
+    """A private copy of the foreign sample home's sessions root."""
+    import shutil
+
+    target = tmp_path / "samples-home"
+    shutil.copytree(SAMPLES / "home", target)
+    for path in target.rglob("*"):
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
+    return target / "sessions"

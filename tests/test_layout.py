@@ -1,0 +1,110 @@
+"""projectKey and encodeSegment against every vector of format §2.5, and root resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dsh_fork.layout import (
+    decode_segment,
+    encode_segment,
+    oplog_path,
+    project_dir_name,
+    project_key,
+    resolve_home,
+    resolve_root,
+)
+
+PROJECT_KEY_VECTORS = [
+    ("/home/u/proj", "--home-u-proj--"),
+    ("/", "--root--"),
+    ("/home/u/proj/", "--home-u-proj---"),
+    ("C:\\Users\\W\\dsh-app", "--C-Users-W-dsh-app--"),
+    ("C:/", "--C---"),
+    ("\\\\srv\\share\\x", "--srv-share-x--"),
+    ("/home/José/x", "--home-Jos~00E9-x--"),
+    ("/tmp/日本", "--tmp-~65E5~672C--"),
+    ("/tmp/😀", "--tmp-~D83D~DE00--"),
+    ("/home/~u/my proj", "--home-~007Eu-my~0020proj--"),
+    ("/a//b/./c/../d", "--a-b-.-c-..-d--"),
+    ("/opt/x:y", "--opt-x-y--"),
+    ("/-lead", "--lead--"),
+    ("/a_b.c-d", "--a_b.c-d--"),
+    ("/" + "a" * 300, "--" + "a" * 251 + "--"),
+    ("/" + "a" * 249 + "é", "--" + "a" * 249 + "~0--"),
+]
+
+ENCODE_SEGMENT_VECTORS = [
+    (
+        "session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a",
+        "session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a",
+    ),
+    (".", "~002E"),
+    ("..", "~002E~002E"),
+    ("...", "..."),
+    (".hidden", ".hidden"),
+    ("a/b", "a~002Fb"),
+    ("a\\b:c", "a~005Cb~003Ac"),
+    ("~x", "~007Ex"),
+    ("my id", "my~0020id"),
+    ("Café", "Caf~00E9"),
+    ("😀", "~D83D~DE00"),
+    ("ab\ud800c", "ab~D800c"),
+]
+
+
+@pytest.mark.parametrize(("cwd", "expected"), PROJECT_KEY_VECTORS)
+def test_project_key_vectors(cwd: str, expected: str) -> None:
+    assert project_key(cwd) == expected
+    assert len(project_key(cwd)) <= 255
+
+
+def test_no_cwd_uses_its_own_project_dir() -> None:
+    assert project_dir_name(None) == "_no-cwd"
+
+
+def test_project_key_of_empty_cwd_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        project_key("")
+
+
+def test_two_cwds_can_share_a_project_dir() -> None:
+    assert project_key("/a/b") == project_key("/a:b") == project_key("/a\\b") == "--a-b--"
+
+
+@pytest.mark.parametrize(("session_id", "expected"), ENCODE_SEGMENT_VECTORS)
+def test_encode_segment_vectors(session_id: str, expected: str) -> None:
+    assert encode_segment(session_id) == expected
+    assert decode_segment(expected) == session_id
+
+
+def test_encode_segment_of_empty_id_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        encode_segment("")
+
+
+@pytest.mark.parametrize("name", ["a~00", "~zzzz", "é", "a/b", "~002E", "~002E~002E"])
+def test_decode_segment_rejects_non_encodings_and_keeps_dot_names(name: str) -> None:
+    decoded = decode_segment(name)
+    if name.startswith("~002E"):
+        assert decoded in (".", "..")
+    else:
+        assert decoded is None
+
+
+def test_home_defaults_and_blank_values() -> None:
+    home = Path("~/.dsh").expanduser().resolve()
+    assert resolve_home({}) == home
+    assert resolve_home({"DSH_HOME": "   "}) == home
+    assert resolve_home({"DSH_HOME": "/srv/dsh"}) == Path("/srv/dsh")
+    assert resolve_root(None, {"DSH_HOME": "/srv/dsh"}) == Path("/srv/dsh/sessions")
+    assert resolve_root("/data/roots/r1", {"DSH_HOME": "/srv/dsh"}) == Path("/data/roots/r1")
+
+
+def test_operation_log_location() -> None:
+    assert oplog_path(None, {"DSH_HOME": "/srv/dsh"}) == Path("/srv/dsh/dsh-fork-relink.log")
+    assert oplog_path("/data/r1/sessions", {}) == Path("/data/r1/dsh-fork-relink.log")
+    assert oplog_path("/data/r1/sessions", {"DSH_HOME": "/srv/dsh"}) == Path(
+        "/srv/dsh/dsh-fork-relink.log"
+    )
