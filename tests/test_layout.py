@@ -35,6 +35,7 @@ PROJECT_KEY_VECTORS = [
     ("/" + "a" * 249 + "é", "--" + "a" * 249 + "~0--"),
 ]
 
+UUID_ID = "session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a"
 ENCODE_SEGMENT_VECTORS = [
     (
         "session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a",

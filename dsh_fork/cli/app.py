@@ -5,6 +5,8 @@ from __future__ import annotations
 from . import fixture  # noqa: F401  (registers the command)
 from .base import app
 
+__all__ = ["app", "main"]
+
 
 def main() -> None:
     app(prog_name="dsh-fork")
