@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import fixture  # noqa: F401  (registers the command)
+from . import doctor, fixture, fork, inspect, list_agents, relink  # noqa: F401  (registration)
 from .base import app
 
 __all__ = ["app", "main"]

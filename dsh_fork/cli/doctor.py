@@ -1,0 +1,1 @@
+"""`dsh-fork doctor` (to be written)."""

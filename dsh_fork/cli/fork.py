@@ -1,0 +1,1 @@
+"""`dsh-fork fork` (to be written)."""

@@ -1,0 +1,1 @@
+"""`dsh-fork inspect` (to be written)."""

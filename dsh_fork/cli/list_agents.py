@@ -1,0 +1,1 @@
+"""`dsh-fork list-agents` (to be written)."""

@@ -1,0 +1,1 @@
+"""`dsh-fork relink` (to be written)."""
