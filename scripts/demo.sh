@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job on a throw-away demo home: inspect a session, fork it with its subagent tree,
+# list the fork's agents, and check the root. Usage: scripts/demo.sh VENV_BIN_DIR
+set -euo pipefail
+bin=${1:-.venv/bin}
+home=$(mktemp -d "${TMPDIR:-/tmp}/dsh-fork-demo.XXXXXX")
+export DSH_HOME="$home"
+run() { printf '\n$ %s\n' "$*"; "$@"; }
+
+run "$bin/dsh-fork" fixture "$home/sessions" --sessions 1 --agents 3 --depth 2 --turns 3 --seed 42
+source_id=$("$bin/python" -c 'from dsh_fork.fixtures import Ids; print(Ids(42)())')
+
+run "$bin/dsh-fork" inspect "$source_id"
+run "$bin/dsh-fork" fork "$source_id" --id demo-fork
+run "$bin/dsh-fork" list-agents demo-fork --recursive
+run "$bin/dsh-fork" doctor
+printf '\nDemo home: %s (DSH_HOME); operation log: %s/dsh-fork-relink.log\n' "$home" "$home"
