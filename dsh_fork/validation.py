@@ -1,0 +1,1038 @@
+"""The v4 validity checklist (format §15) as findings, never exceptions.
+
+``inspect`` and ``doctor`` report what DSH would refuse (``error``), what only DSH's runtime
+folds or dsh-fork's own conventions care about (``warning``, the informative items), and legal
+states worth knowing (``info``, e.g. an open last turn). Every rule is checked in one streaming
+pass: the ``Validator`` keeps small per-turn state and a few short lists (catalog facts,
+descriptors, markers naming another id), never the events themselves, so a 100 MB log validates
+in bounded memory.
+
+Logs below v4 get only header- and envelope-level checks: DSH migrates them to v4 before it
+writes them, so the v4 relationship rules do not apply to their stored form.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .catalog import catalog_problem, descriptor_problem
+from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
+from .generations import SUPPORTED_VERSION, Generation, list_generations, select
+from .layout import encode_segment, project_dir_name
+from .reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
+from .records import (
+    ENVELOPE_KEYS,
+    MISSING,
+    Event,
+    Header,
+    decode_source_seqs,
+    header_version,
+    nonneg_int,
+    safe_int,
+)
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+
+# The generated v4 vocabulary (format §8.6).
+KNOWN_V4_TYPES = frozenset(
+    (
+        "agent-preset/selected",
+        "agent/inbox/spliced",
+        "approval/asked",
+        "approval/decided",
+        "approval/policy",
+        "assistant/attempt",
+        "assistant/message",
+        "command/done",
+        "command/run",
+        "compaction/end",
+        "compaction/prune",
+        "compaction/start",
+        "compaction/summary",
+        "deliverables/presented",
+        "developer/message",
+        "feedback/message-delete",
+        "feedback/message-put",
+        "feedback/record",
+        "goal/change",
+        "hook/invoked",
+        "hook/result",
+        "image/offload",
+        "llm/retry",
+        "llm/retry-started",
+        "model/selection",
+        "permission/preset",
+        "plan/mode",
+        "request/context",
+        "request/header",
+        "sandbox/mode",
+        "schedule/change",
+        "session-log-deepseek/delivery-accepted",
+        "session/end-seed",
+        "session/title",
+        "session/title-llm-request",
+        "step/end",
+        "step/start",
+        "subagent/catalog",
+        "subagent/descriptor",
+        "subagent/model-selection-policy",
+        "system/message",
+        "team/member",
+        "team/message/delivered",
+        "team/message/queued",
+        "team/task",
+        "todo/write",
+        "tool-workflow/agent-end",
+        "tool-workflow/agent-start",
+        "tool-workflow/run-end",
+        "tool-workflow/run-start",
+        "tool/call",
+        "tool/ptc-dispatch",
+        "tool/ptc-dispatch-start",
+        "tool/result",
+        "turn/end",
+        "turn/start",
+        "user/message",
+        "web/deepseek-search-llm-request",
+        "workspace/changes",
+    )
+)
+SURFACE_TYPES = frozenset(
+    ("system/message", "developer/message", "user/message", "assistant/message", "tool/result")
+)
+# Types whose ``data`` DSH relates to other events, hence must be an object (format §15).
+OBJECT_DATA_TYPES = SURFACE_TYPES | frozenset(
+    (
+        "session/end-seed",
+        "turn/start",
+        "turn/end",
+        "step/start",
+        "step/end",
+        "assistant/attempt",
+        "tool/call",
+        "request/header",
+        "request/context",
+        "session/title",
+        "command/run",
+        "command/done",
+        "compaction/start",
+        "compaction/end",
+        "compaction/prune",
+        "compaction/summary",
+        "llm/retry",
+        "llm/retry-started",
+        "tool/ptc-dispatch",
+        "tool/ptc-dispatch-start",
+    )
+)
+STEP_BOUND_TYPES = frozenset(
+    (
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "system/message",
+        "developer/message",
+        "assistant/attempt",
+    )
+)
+TURN_BOUND_TYPES = frozenset(("request/header", "request/context"))
+DELIVERY_TYPE = "session-log-deepseek/delivery-accepted"
+FINDINGS_PER_CODE = 50
+"""Findings kept per code and session; the rest are counted in one summary finding."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One checklist result; ``seq`` names the event it is about, when there is one."""
+
+    severity: Severity
+    code: str
+    message: str
+    seq: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+        }
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
+
+
+def counts(findings: Iterable[Finding]) -> dict[str, int]:
+    """``{"error": n, "warning": n, "info": n}``."""
+    out: dict[str, int] = dict.fromkeys(SEVERITIES, 0)
+    for finding in findings:
+        out[finding.severity] += 1
+    return out
+
+
+def _dig(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """JavaScript ``===`` on parsed JSON: objects and arrays are never identical."""
+    if isinstance(a, dict | list) or isinstance(b, dict | list):
+        return False
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
+
+
+def _repair_number(message_id: str, prefix: str) -> int | None:
+    """The trailing number of a ``<prefix><n>`` repair id, or None."""
+    if not message_id.startswith(prefix):
+        return None
+    rest = message_id[len(prefix) :]
+    if not rest or not rest.isascii() or not rest.isdigit():
+        return None
+    return int(rest)
+
+
+@dataclass
+class _Call:
+    name: Any
+    arguments: Any
+    started: bool = False
+    resolved: bool = False
+
+
+@dataclass
+class Validator:
+    """Streaming checker: ``feed`` every event in seq order, then ``finish``."""
+
+    header: Header
+    version: int
+    findings: list[Finding] = field(default_factory=list)
+    _per_code: dict[str, int] = field(default_factory=dict)
+    _overflow: dict[str, tuple[Severity, int]] = field(default_factory=dict)
+    # lifecycle
+    next_turn: int = 1
+    open_turn: int | None = None
+    open_turn_seq: int | None = None
+    open_step: int | None = None
+    next_step: int = 1
+    calls: dict[str, _Call] = field(default_factory=dict)
+    compaction_open: int | None = None
+    commands_run: set[str] = field(default_factory=set)
+    commands_done: set[str] = field(default_factory=set)
+    human_messages: set[int] = field(default_factory=set)
+    # deferred until the cut is known
+    tagged: list[int] = field(default_factory=list)
+    catalog: list[tuple[int, Any]] = field(default_factory=list)
+    descriptors: list[tuple[int, str | None]] = field(default_factory=list)
+    foreign_markers: list[tuple[int, str]] = field(default_factory=list)
+    turn_ends: int = 0
+    events: int = 0
+    finished: bool = False
+
+    @property
+    def full(self) -> bool:
+        """Whether the v4 relationship rules apply (only to v4 logs)."""
+        return self.version >= SUPPORTED_VERSION
+
+    # -- recording --------------------------------------------------------------------------
+
+    def add(self, severity: Severity, code: str, message: str, seq: int | None = None) -> None:
+        seen = self._per_code.get(code, 0)
+        self._per_code[code] = seen + 1
+        if seen < FINDINGS_PER_CODE:
+            self.findings.append(Finding(severity, code, message, seq))
+        else:
+            _, extra = self._overflow.get(code, (severity, 0))
+            self._overflow[code] = (severity, extra + 1)
+
+    def _lifecycle(self, message: str, seq: int) -> None:
+        self.add("error", "LIFECYCLE", message, seq)
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    def feed(self, ev: Event) -> None:
+        self.events += 1
+        kind = ev.type
+        if kind == "turn/end":
+            self.turn_ends += 1
+        if ev.raw is None:  # a packed-row member of v0/v1: no stored envelope of its own
+            return
+        self._envelope(ev)
+        if not self.full:
+            return
+        known = kind in KNOWN_V4_TYPES
+        if not known:
+            if ev.obj.get("ignorable") is True:
+                self._source_seqs(ev, known=False)
+            else:
+                self.add(
+                    "error",
+                    "UNKNOWN_EVENT",
+                    f"unknown event type {kind!r} without ignorable: true "
+                    "(DSH refuses the whole log as written by a newer harness)",
+                    ev.seq,
+                )
+            return
+        self._surface(ev)
+        data = ev.data
+        if kind in OBJECT_DATA_TYPES and not isinstance(data, dict):
+            self.add("error", "EVENT_DATA", f"{kind} data is not an object", ev.seq)
+            if kind not in ("turn/start", "turn/end"):
+                return
+            data = {}  # keep counting turns, so one bad event does not cascade
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, ev, data)
+
+    def _envelope(self, ev: Event) -> None:
+        obj = ev.obj
+        if not obj.keys() <= ENVELOPE_KEYS:
+            extra = ", ".join(sorted(set(obj) - ENVELOPE_KEYS))
+            self.add("error", "ENVELOPE", f"envelope keys not allowed: {extra}", ev.seq)
+        if ev.time is None:
+            self.add("error", "ENVELOPE", "time is not a safe integer", ev.seq)
+        if ev.data is MISSING:
+            self.add("error", "ENVELOPE", "data is missing", ev.seq)
+        if "ignorable" in obj and obj["ignorable"] is not True:
+            self.add("error", "ENVELOPE", "ignorable is present but not true", ev.seq)
+        if ev.lenient:
+            self.add(
+                "warning",
+                "LINE_ENCODING",
+                "line is not strict UTF-8 JSON (invalid UTF-8, a lone surrogate escape or an "
+                "oversized number); DSH reads it leniently and dsh-fork copies its bytes as stored",
+                ev.seq,
+            )
+
+    def _surface(self, ev: Event) -> None:
+        kind = ev.type
+        op = ev.obj.get("surfaceOp", MISSING)
+        if kind in SURFACE_TYPES:
+            if op is MISSING:
+                self.add("error", "SURFACE", f"{kind} without surfaceOp", ev.seq)
+            elif op != "append":
+                problem = _replace_problem(op, ev.seq)
+                if problem is not None:
+                    self.add("error", "SURFACE", f"{kind} surfaceOp {problem}", ev.seq)
+        elif op is not MISSING:
+            self.add("error", "SURFACE", f"surfaceOp is not allowed on {kind}", ev.seq)
+        self._source_seqs(ev, known=True)
+
+    def _source_seqs(self, ev: Event, *, known: bool) -> None:
+        stored = ev.obj.get("sourceEventSeqs", MISSING)
+        if stored is MISSING:
+            return
+        try:
+            decoded = decode_source_seqs(stored, ev.seq)
+        except ValueError as exc:
+            self.add("error", "SURFACE", f"sourceEventSeqs: {exc}", ev.seq)
+            return
+        if not known:
+            return
+        if ev.type not in SURFACE_TYPES or ev.type == "assistant/message":
+            self.add("error", "SURFACE", f"sourceEventSeqs is not allowed on {ev.type}", ev.seq)
+        elif not decoded:
+            self.add("error", "SURFACE", "sourceEventSeqs is empty", ev.seq)
+
+    # -- turns and steps --------------------------------------------------------------------
+
+    def _turn_start(self, ev: Event, data: dict[str, Any]) -> None:
+        number = nonneg_int(data.get("turn"))
+        if self.open_turn is not None:
+            self._lifecycle(
+                f"turn/start while turn {self.open_turn} (seq {self.open_turn_seq}) is open",
+                ev.seq,
+            )
+        if number != self.next_turn:
+            self._lifecycle(
+                f"turn/start numbered {data.get('turn')!r}, expected {self.next_turn}", ev.seq
+            )
+        self._compaction_boundary(ev)
+        self.open_turn = number if number is not None else self.next_turn
+        self.open_turn_seq = ev.seq
+        self.next_turn = self.open_turn + 1
+        self.open_step = None
+        self.next_step = 1
+        self.calls = {}
+
+    def _turn_end(self, ev: Event, data: dict[str, Any]) -> None:
+        number = nonneg_int(data.get("turn"))
+        if self.open_turn is None:
+            self._lifecycle("turn/end without an open turn", ev.seq)
+        else:
+            if number != self.open_turn:
+                self._lifecycle(
+                    f"turn/end for turn {data.get('turn')!r} while turn {self.open_turn} is open",
+                    ev.seq,
+                )
+            if self.open_step is not None:
+                self._lifecycle(f"turn/end while step {self.open_step} is open", ev.seq)
+            self._unresolved_check("turn/end", ev.seq)
+        self._compaction_boundary(ev)
+        self.open_turn = None
+        self.open_turn_seq = None
+        self.open_step = None
+        self.calls = {}
+
+    def _step_start(self, ev: Event, data: dict[str, Any]) -> None:
+        if self.open_turn is None:
+            self._lifecycle("step/start without an open turn", ev.seq)
+            return
+        turn = nonneg_int(data.get("turn"))
+        step = nonneg_int(data.get("step"))
+        if turn != self.open_turn:
+            self._lifecycle(
+                f"step/start names turn {data.get('turn')!r} inside turn {self.open_turn}", ev.seq
+            )
+        if self.open_step is not None:
+            self._lifecycle(f"step/start while step {self.open_step} is open", ev.seq)
+        if step != self.next_step:
+            self._lifecycle(
+                f"step/start numbered {data.get('step')!r}, expected {self.next_step}", ev.seq
+            )
+        self.open_step = step if step is not None else self.next_step
+        self.next_step = self.open_step + 1
+
+    def _step_end(self, ev: Event, data: dict[str, Any]) -> None:
+        if self.open_step is None:
+            self._lifecycle("step/end without an open step", ev.seq)
+            return
+        turn = nonneg_int(data.get("turn"))
+        step = nonneg_int(data.get("step"))
+        if (turn, step) != (self.open_turn, self.open_step):
+            self._lifecycle(
+                f"step/end for turn {data.get('turn')!r} step {data.get('step')!r} while "
+                f"turn {self.open_turn} step {self.open_step} is open",
+                ev.seq,
+            )
+        self._unresolved_check("step/end", ev.seq)
+        self.open_step = None
+
+    def _unresolved_check(self, what: str, seq: int) -> None:
+        pending = self.unresolved()
+        if pending:
+            self._lifecycle(f"{what} with unresolved tool calls: {', '.join(pending)}", seq)
+
+    def unresolved(self) -> list[str]:
+        """Advertised calls of the open turn without a result."""
+        return [call_id for call_id, call in self.calls.items() if not call.resolved]
+
+    def _bound(self, ev: Event, data: dict[str, Any], *, step: bool) -> bool:
+        """Whether ``ev`` sits in the open turn (and step); a finding when it does not."""
+        if self.open_turn is None:
+            self._lifecycle(f"{ev.type} outside a turn", ev.seq)
+            return False
+        if "turn" in data and nonneg_int(data["turn"]) != self.open_turn:
+            self._lifecycle(
+                f"{ev.type} names turn {data['turn']!r} inside turn {self.open_turn}", ev.seq
+            )
+        if not step:
+            return True
+        if self.open_step is None:
+            self._lifecycle(f"{ev.type} outside a step (turn {self.open_turn})", ev.seq)
+            return False
+        if "step" in data and nonneg_int(data["step"]) != self.open_step:
+            self._lifecycle(
+                f"{ev.type} names step {data['step']!r} inside step {self.open_step}", ev.seq
+            )
+        return True
+
+    def _step_bound(self, ev: Event, data: dict[str, Any]) -> None:
+        self._bound(ev, data, step=True)
+
+    def _turn_bound(self, ev: Event, data: dict[str, Any]) -> None:
+        self._bound(ev, data, step=False)
+
+    # -- tool calls -------------------------------------------------------------------------
+
+    def _assistant_message(self, ev: Event, data: dict[str, Any]) -> None:
+        if not self._bound(ev, data, step=True):
+            return
+        if ev.obj.get("surfaceOp") != "append":
+            return
+        content = _dig(data, "message", "content")
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool-call":
+                continue
+            call_id = block.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                self._lifecycle("tool-call block without a non-empty id", ev.seq)
+                continue
+            if call_id in self.calls:
+                self._lifecycle(f"tool call {call_id} advertised twice in one turn", ev.seq)
+                continue
+            self.calls[call_id] = _Call(block.get("name"), block.get("arguments"))
+
+    def _tool_call(self, ev: Event, data: dict[str, Any]) -> None:
+        if not self._bound(ev, data, step=True):
+            return
+        call_id = data.get("callId")
+        call = self.calls.get(call_id) if isinstance(call_id, str) else None
+        if call is None:
+            self._lifecycle(f"tool/call {call_id!r} was not advertised in this turn", ev.seq)
+            return
+        if call.started:
+            self._lifecycle(f"tool/call {call_id} started twice", ev.seq)
+        elif not _same_value(call.name, data.get("name")) or not _same_value(
+            call.arguments, data.get("arguments")
+        ):
+            self._lifecycle(
+                f"tool/call {call_id} name or arguments differ from its advertisement", ev.seq
+            )
+        call.started = True
+
+    def _tool_result(self, ev: Event, data: dict[str, Any]) -> None:
+        if isinstance(ev.obj.get("surfaceOp"), dict):  # a replacement only rewrites content
+            self._bound(ev, data, step=False)
+            return
+        if not self._bound(ev, data, step=True):
+            return
+        message = data.get("message")
+        call_id = message.get("toolCallId") if isinstance(message, dict) else None
+        if not isinstance(call_id, str) or not isinstance(message, dict):
+            self._lifecycle("tool/result without message.toolCallId", ev.seq)
+            return
+        call = self.calls.get(call_id)
+        if call is None:
+            self._lifecycle(f"tool/result for call {call_id} that was not advertised", ev.seq)
+            return
+        if call.resolved:
+            self._lifecycle(f"tool/result for call {call_id}, which is already resolved", ev.seq)
+            return
+        call.resolved = True
+        if call.started:
+            return
+        message_id = message.get("id")
+        message_id = message_id if isinstance(message_id, str) else ""
+        forked = _repair_number(message_id, f"forked-tool-result-{call_id}-")
+        interrupted = _repair_number(message_id, f"interrupted-tool-result-{call_id}-")
+        if forked is None and interrupted is None:
+            self._lifecycle(
+                f"tool/result for call {call_id}, which was never started, is not a "
+                "TOOL_NOT_STARTED repair",
+                ev.seq,
+            )
+            return
+        if forked is not None:
+            problem = _fork_closer_problem(ev, message, call_id, forked)
+            if problem is not None:
+                self._lifecycle(f"fork closer for call {call_id}: {problem}", ev.seq)
+
+    # -- other relationships ----------------------------------------------------------------
+
+    def _user_message(self, ev: Event, data: dict[str, Any]) -> None:
+        if _dig(data, "source", "kind") == "user":
+            self.human_messages.add(ev.seq)
+
+    def _end_seed(self, ev: Event, data: dict[str, Any]) -> None:
+        if data.get("inherited") is True:
+            self.tagged.append(ev.seq)
+        self.compaction_open = None  # every end-seed expires an open compaction bracket
+
+    def _compaction_start(self, ev: Event, data: dict[str, Any]) -> None:
+        self.compaction_open = ev.seq
+
+    def _compaction_end(self, ev: Event, data: dict[str, Any]) -> None:
+        self.compaction_open = None
+
+    def _compaction_boundary(self, ev: Event) -> None:
+        if self.compaction_open is not None:
+            self._lifecycle(
+                f"compaction bracket opened at seq {self.compaction_open} crosses a turn boundary",
+                ev.seq,
+            )
+            self.compaction_open = None
+
+    def _command_run(self, ev: Event, data: dict[str, Any]) -> None:
+        command_id = data.get("commandId")
+        if not isinstance(command_id, str):
+            self._lifecycle("command/run without a commandId", ev.seq)
+            return
+        if command_id in self.commands_run:
+            self._lifecycle(f"commandId {command_id} is used twice", ev.seq)
+        self.commands_run.add(command_id)
+
+    def _command_done(self, ev: Event, data: dict[str, Any]) -> None:
+        command_id = data.get("commandId")
+        if not isinstance(command_id, str) or command_id not in self.commands_run:
+            self._lifecycle(f"command/done {command_id!r} follows no command/run", ev.seq)
+        elif command_id in self.commands_done:
+            self._lifecycle(f"command/done {command_id} is recorded twice", ev.seq)
+        else:
+            self.commands_done.add(command_id)
+
+    def _title(self, ev: Event, data: dict[str, Any]) -> None:
+        seqs = data.get("messageSeqs")
+        user = _dig(data, "source", "kind") == "user"
+        if not isinstance(seqs, list):
+            self.add("error", "TITLE", "session/title messageSeqs is not a list", ev.seq)
+            return
+        if user:
+            if seqs:
+                self.add("error", "TITLE", "a user title must have empty messageSeqs", ev.seq)
+            return
+        values = [nonneg_int(s) for s in seqs]
+        if not values:
+            self.add("error", "TITLE", "a non-user title must cite user messages", ev.seq)
+        elif len(set(values)) != len(values):
+            self.add("error", "TITLE", "session/title messageSeqs has duplicates", ev.seq)
+        else:
+            bad = [s for s, v in zip(seqs, values, strict=True) if v not in self.human_messages]
+            if bad:
+                self.add(
+                    "error",
+                    "TITLE",
+                    f"session/title cites {bad!r}, which are not earlier human user messages",
+                    ev.seq,
+                )
+
+    def _catalog(self, ev: Event, data: Any) -> None:
+        self.catalog.append((ev.seq, ev.data))
+
+    def _descriptor(self, ev: Event, data: Any) -> None:
+        self.descriptors.append((ev.seq, descriptor_problem(ev.data)))
+
+    def _delivery(self, ev: Event, data: Any) -> None:
+        data = ev.data
+        if not isinstance(data, dict):
+            self.add("error", "DELIVERY_MARKER", "delivery marker data is not an object", ev.seq)
+            return
+        raw_version = data.get("sessionFormatVersion", 0)
+        version = nonneg_int(raw_version)
+        if version is None:
+            self.add(
+                "error",
+                "DELIVERY_MARKER",
+                f"delivery marker sessionFormatVersion {raw_version!r} is not a non-negative "
+                "safe integer",
+                ev.seq,
+            )
+            return
+        if version != self.version:
+            return
+        session_id = data.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            self.add("error", "DELIVERY_MARKER", "delivery marker without sessionId", ev.seq)
+            return
+        through = safe_int(data.get("throughSeq"))
+        if through is None or through >= ev.seq:
+            self.add(
+                "error",
+                "DELIVERY_MARKER",
+                f"delivery marker throughSeq {data.get('throughSeq')!r} is not below its seq",
+                ev.seq,
+            )
+        if session_id != self.header.id:
+            self.foreign_markers.append((ev.seq, session_id))
+
+    # -- the end ----------------------------------------------------------------------------
+
+    @property
+    def cut(self) -> int:
+        if self.version < 2:
+            return self.header.seed_length or 0
+        return self.tagged[-1] if self.tagged else 0
+
+    def finish(self) -> list[Finding]:
+        """Rules that need the whole log (the cut, the open turn); returns every finding."""
+        if self.finished:
+            return self.findings
+        self.finished = True
+        if not self.full:
+            self._header_rules()
+            self.add(
+                "info",
+                "OLD_GENERATION",
+                f"generation v{self.version}: only header and envelope checks apply (DSH "
+                "migrates it to v4 the next time it writes the session)",
+            )
+            return self._close()
+        self._header_rules()
+        cut = self.cut
+        self._catalog_rules(cut)
+        self._descriptor_rules(cut)
+        for seq, session_id in self.foreign_markers:
+            if seq < cut and self.header.parent_session is not None:
+                continue
+            self.add(
+                "error",
+                "DELIVERY_MARKER",
+                f"delivery marker names {session_id!r}, not this session "
+                f"({'own range' if seq >= cut else 'no parentSession'})",
+                seq,
+            )
+        if self.open_turn is not None:
+            parts = [f"turn {self.open_turn} is open (started at seq {self.open_turn_seq})"]
+            if self.open_step is not None:
+                parts.append(f"step {self.open_step} is open")
+            pending = self.unresolved()
+            if pending:
+                parts.append(f"unresolved tool calls: {', '.join(pending)}")
+            self.add("info", "OPEN_TURN", "; ".join(parts), self.open_turn_seq)
+        return self._close()
+
+    def _header_rules(self) -> None:
+        header = self.header
+        if self.version < 2:
+            seed = header.seed_length
+            if seed is not None and seed > self.events:
+                self.add(
+                    "error",
+                    "SEEDED_MISMATCH",
+                    f"header seedLength {seed} exceeds the event count {self.events}",
+                )
+            return
+        if header.is_seeded and not self.tagged:
+            self.add(
+                "error",
+                "SEEDED_MISMATCH",
+                'header isSeeded is true but no session/end-seed {"inherited":true} exists',
+            )
+        elif not header.is_seeded and self.tagged:
+            self.add(
+                "error",
+                "SEEDED_MISMATCH",
+                "header isSeeded is false but the log has tagged end-seed markers",
+                self.tagged[0],
+            )
+
+    def _catalog_rules(self, cut: int) -> None:
+        seen: dict[str, int] = {}
+        for seq, data in self.catalog:
+            if seq < cut:
+                continue
+            problem = catalog_problem(data)
+            if problem is not None:
+                self.add("error", "CATALOG_INVALID", problem, seq)
+                continue
+            child = data["childId"]
+            if child in seen:
+                self.add(
+                    "error",
+                    "CATALOG_DUPLICATE",
+                    f"duplicate own-range catalog childId {child} (first at seq {seen[child]})",
+                    seq,
+                )
+            else:
+                seen[child] = seq
+
+    def _descriptor_rules(self, cut: int) -> None:
+        if self.header.origin != "subagent":
+            return
+        own = [(seq, problem) for seq, problem in self.descriptors if seq >= cut]
+        for seq, problem in own:
+            if problem is not None:
+                self.add(
+                    "warning", "DESCRIPTOR", f"own-range descriptor is invalid: {problem}", seq
+                )
+        valid = [seq for seq, problem in own if problem is None]
+        if len(valid) == 1:
+            return
+        if not own:
+            inherited = any(seq < cut for seq, _ in self.descriptors)
+            note = " (only an inherited one)" if inherited else ""
+            message = f"subagent child has no own-range descriptor{note}"
+        else:
+            message = f"subagent child has {len(valid)} valid own-range descriptors, not exactly 1"
+        self.add("warning", "DESCRIPTOR", message)
+
+    def own_catalog(self) -> list[tuple[int, Any]]:
+        """Own-range catalog facts (seq, data), valid or not."""
+        cut = self.cut
+        return [(seq, data) for seq, data in self.catalog if seq >= cut]
+
+    def _close(self) -> list[Finding]:
+        for code, (severity, extra) in self._overflow.items():
+            self.findings.append(Finding(severity, code, f"{extra} more {code} findings not shown"))
+        self._overflow = {}
+        return self.findings
+
+
+def _replace_problem(op: Any, seq: int) -> str | None:
+    if not isinstance(op, dict) or set(op) != {"op", "startSeq", "endSeq"}:
+        return 'must be "append" or {"op":"replace","startSeq":S,"endSeq":E}'
+    if op["op"] != "replace":
+        return 'op must be "replace"'
+    start, end = nonneg_int(op["startSeq"]), nonneg_int(op["endSeq"])
+    if start is None or end is None or start >= seq or end >= seq:
+        return "startSeq/endSeq must be non-negative integers below the event's seq"
+    return None
+
+
+def _fork_closer_problem(
+    ev: Event, message: dict[str, Any], call_id: str, number: int
+) -> str | None:
+    if number != ev.seq:
+        return f"the number in its id is {number}, not its own seq {ev.seq}"
+    if "sourceEventSeqs" in ev.obj:
+        return "an appended closer has no sourceEventSeqs"
+    if message.get("role") != "tool" or message.get("isError") is not True:
+        return "it must have role tool and isError true"
+    if message.get("toolCallId") != call_id:
+        return "toolCallId differs from the call"
+    content = message.get("content")
+    if (
+        not isinstance(content, list)
+        or len(content) != 1
+        or not isinstance(content[0], dict)
+        or content[0].get("type") != "text"
+    ):
+        return "it must hold exactly one text block"
+    return None
+
+
+_HANDLERS: dict[str, Any] = {
+    "turn/start": Validator._turn_start,
+    "turn/end": Validator._turn_end,
+    "step/start": Validator._step_start,
+    "step/end": Validator._step_end,
+    "assistant/message": Validator._assistant_message,
+    "tool/call": Validator._tool_call,
+    "tool/result": Validator._tool_result,
+    "system/message": Validator._step_bound,
+    "developer/message": Validator._step_bound,
+    "assistant/attempt": Validator._step_bound,
+    "request/header": Validator._turn_bound,
+    "request/context": Validator._turn_bound,
+    "user/message": Validator._user_message,
+    "session/end-seed": Validator._end_seed,
+    "compaction/start": Validator._compaction_start,
+    "compaction/end": Validator._compaction_end,
+    "command/run": Validator._command_run,
+    "command/done": Validator._command_done,
+    "session/title": Validator._title,
+    "subagent/catalog": Validator._catalog,
+    "subagent/descriptor": Validator._descriptor,
+    DELIVERY_TYPE: Validator._delivery,
+}
+
+
+# -- file-level rules -------------------------------------------------------------------------
+
+
+def binding_problem(session_dir: Path, header: Header) -> str | None:
+    """Path binding (format §2.6): the dir names the header's cwd and id map to, or None."""
+    expected_project = project_dir_name(header.cwd)
+    expected_dir = encode_segment(header.id)
+    actual = f"{session_dir.parent.name}/{session_dir.name}"
+    if actual == f"{expected_project}/{expected_dir}":
+        return None
+    return f"the log lives in {actual} but its header binds it to {expected_project}/{expected_dir}"
+
+
+def file_findings(log: SessionLog) -> list[Finding]:
+    """Path binding and the torn tail of an opened log."""
+    out: list[Finding] = []
+    problem = binding_problem(log.session_dir, log.header)
+    if problem is not None:
+        out.append(Finding("error", "PATH_MISMATCH", problem))
+    if log.torn is not None:
+        recoverable = len(parse_recovered(log))
+        out.append(
+            Finding(
+                "warning",
+                "TORN_TAIL",
+                f"torn tail at byte {log.torn.offset} ({log.torn.size} bytes, {recoverable} "
+                "recoverable lines); DSH truncates it on its next write",
+            )
+        )
+    return out
+
+
+def validate_log(log: SessionLog) -> list[Finding]:
+    """Every checklist finding of one opened log (one streaming pass over its events)."""
+    validator = Validator(log.header, log.version)
+    for ev in log.events():
+        validator.feed(ev)
+    return file_findings(log) + validator.finish()
+
+
+# -- generations ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationInfo:
+    """One canonical generation file of a session dir, for the stale-generation rule."""
+
+    generation: Generation
+    size: int
+    mtime_ns: int
+    events: int | None
+    turn_ends: int | None
+    error: str | None = None
+
+    def to_json(self, chosen: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": self.generation.version,
+            "file": self.generation.name,
+            "encoding": self.generation.encoding,
+            "size": self.size,
+            "mtime": self.mtime_ns // 1_000_000,
+            "events": self.events,
+            "turnEnds": self.turn_ends,
+            "chosen": chosen,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+def survey_generation(
+    generation: Generation, *, events: int | None = None, turn_ends: int | None = None
+) -> GenerationInfo:
+    """Size, mtime and counts of a generation; counts are read unless given."""
+    try:
+        st = os.stat(generation.path)
+    except OSError as exc:
+        return GenerationInfo(generation, 0, 0, None, None, f"unreadable ({exc.strerror})")
+    if events is None or turn_ends is None:
+        try:
+            log = open_log(generation, collect=("turn/end",), check_dir=False)
+        except DshForkError as exc:
+            return GenerationInfo(generation, st.st_size, st.st_mtime_ns, None, None, exc.message)
+        except OSError as exc:
+            return GenerationInfo(
+                generation, st.st_size, st.st_mtime_ns, None, None, f"unreadable ({exc.strerror})"
+            )
+        events, turn_ends = log.event_count, len(log.collected)
+    return GenerationInfo(generation, st.st_size, st.st_mtime_ns, events, turn_ends)
+
+
+def stale_findings(chosen: GenerationInfo, others: list[GenerationInfo]) -> list[Finding]:
+    """A lower generation newer by mtime or with more turn/end events (format §3.6)."""
+    out: list[Finding] = []
+    for other in others:
+        reasons: list[str] = []
+        if other.mtime_ns > chosen.mtime_ns:
+            reasons.append("has a newer mtime")
+        if (
+            other.turn_ends is not None
+            and chosen.turn_ends is not None
+            and other.turn_ends > chosen.turn_ends
+        ):
+            reasons.append(f"has more turn/end events ({other.turn_ends} > {chosen.turn_ends})")
+        if reasons:
+            out.append(
+                Finding(
+                    "warning",
+                    "STALE_GENERATION",
+                    f"{other.generation.name} {' and '.join(reasons)} than the chosen "
+                    f"{chosen.generation.name}; DSH reads only the highest generation",
+                )
+            )
+    return out
+
+
+# -- whole session dirs -----------------------------------------------------------------------
+
+
+@dataclass
+class DirCheck:
+    """Findings of one session dir plus what lineage checks need from its log."""
+
+    session_dir: Path
+    generation: Generation | None
+    header: Header | None = None
+    findings: list[Finding] = field(default_factory=list)
+    own_catalog: list[tuple[int, Any]] = field(default_factory=list)
+    readable: bool = False
+
+
+def check_dir(session_dir: Path) -> DirCheck:
+    """Open the highest generation and validate it; a read error becomes a finding."""
+    generations = list_generations(session_dir)
+    generation = select(generations)
+    result = DirCheck(session_dir, generation)
+    if generation is None:
+        result.findings.append(
+            Finding("info", "EMPTY_DIR", "no canonical generation file: not a session")
+        )
+        return result
+    if generation.version > SUPPORTED_VERSION:
+        result.findings.append(
+            Finding(
+                "warning",
+                "FUTURE_GENERATION",
+                f"{generation.name} is generation v{generation.version}, newer than "
+                f"v{SUPPORTED_VERSION}: written by a newer harness; not read",
+            )
+        )
+        return result
+    header_finding = _header_finding(generation)
+    if header_finding is not None:
+        result.findings.append(header_finding)
+        return result
+    try:
+        log = open_log(generation)
+        validator = Validator(log.header, log.version)
+        for ev in log.events():
+            validator.feed(ev)
+    except CorruptLog as exc:
+        result.findings.append(Finding("error", "CORRUPT_LOG", exc.message))
+        return result
+    except SessionStale as exc:
+        result.findings.append(Finding("warning", "SESSION_STALE", exc.message))
+        return result
+    except UnsupportedFormat as exc:
+        result.findings.append(Finding("warning", "FUTURE_GENERATION", exc.message))
+        return result
+    except OSError as exc:
+        result.findings.append(
+            Finding("error", "CORRUPT_LOG", f"{generation.path}: unreadable ({exc.strerror})")
+        )
+        return result
+    result.header = log.header
+    result.readable = True
+    result.findings.extend(file_findings(log))
+    result.findings.extend(validator.finish())
+    result.own_catalog = validator.own_catalog()
+    chosen = survey_generation(generation, events=log.event_count, turn_ends=validator.turn_ends)
+    others = [survey_generation(g) for g in generations if g != generation]
+    result.findings.extend(stale_findings(chosen, others))
+    return result
+
+
+def _header_finding(generation: Generation) -> Finding | None:
+    """VERSION_MISMATCH, HEADER_INVALID or CORRUPT_LOG when the header cannot be read."""
+    try:
+        read_header(generation)
+    except UnsupportedFormat as exc:
+        raw = header_version(peek_fields(generation))
+        if raw is not None and raw != generation.version:
+            return _version_mismatch(generation, raw)
+        return Finding("warning", "FUTURE_GENERATION", exc.message)
+    except CorruptLog as exc:
+        fields = peek_fields(generation)
+        raw = header_version(fields)
+        if raw is not None and raw != generation.version:
+            return _version_mismatch(generation, raw)
+        code = "CORRUPT_LOG" if fields is None else "HEADER_INVALID"
+        return Finding("error", code, exc.message)
+    except OSError as exc:
+        return Finding("error", "CORRUPT_LOG", f"{generation.path}: unreadable ({exc.strerror})")
+    return None
+
+
+def _version_mismatch(generation: Generation, raw: int) -> Finding:
+    return Finding(
+        "error",
+        "VERSION_MISMATCH",
+        f"{generation.path}: header version {raw} does not match the file name "
+        f"(v{generation.version})",
+    )
+
+
+def validate_dir(session_dir: Path) -> list[Finding]:
+    """Every finding of one session dir: header, log, checklist, stale generations."""
+    return check_dir(session_dir).findings
