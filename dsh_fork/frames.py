@@ -114,13 +114,18 @@ def decode(data: bytes | memoryview, frame: Frame, index: int = 0) -> bytes:
     return bytes(out)
 
 
-def decode_torn(data: bytes | memoryview, start: int) -> bytes:
-    """Whatever plaintext an incomplete final frame yields (flush mode); may be empty."""
+def decode_torn(data: bytes | memoryview, start: int, index: int = 0) -> bytes:
+    """Whatever plaintext an incomplete final frame yields (flush mode); may be empty.
+
+    A genuinely torn frame is a prefix of a valid frame, so it decodes without error. Bytes
+    that do not are a damaged frame header or block size (a bit flip that made a middle frame
+    look longer than the file): corruption, never a torn tail that a writer would truncate.
+    """
     obj = _DECOMPRESSOR.decompressobj()
     try:
         return bytes(obj.decompress(data[start:]))
-    except zstandard.ZstdError:
-        return b""
+    except zstandard.ZstdError as exc:
+        raise _corrupt(f"incomplete final frame does not decode ({exc})", start, index) from None
 
 
 def encode(plaintext: bytes) -> bytes:

@@ -21,6 +21,7 @@ from .records import (
     Event,
     Header,
     LineError,
+    nonneg_int,
     parse_event,
     parse_header,
     parse_line,
@@ -42,10 +43,16 @@ def _identity(st: os.stat_result) -> Identity:
 def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
     """stat → read → stat, one retry; a file that keeps changing is SESSION_STALE."""
     for _ in range(retries + 1):
-        before = _identity(os.stat(path))
-        with open(path, "rb") as handle:
-            data = handle.read()
-        after = _identity(os.stat(path))
+        try:
+            before = _identity(os.stat(path))
+            with open(path, "rb") as handle:
+                data = handle.read()
+            after = _identity(os.stat(path))
+        except FileNotFoundError:
+            # Listed a moment ago, gone now: the session dir changed under the read.
+            raise SessionStale(
+                f"{path} disappeared while it was being read", path=str(path)
+            ) from None
         if before == after and len(data) == after[2]:
             return data, after
     raise SessionStale(f"{path} changed while it was being read", path=str(path))
@@ -204,6 +211,8 @@ class SessionLog:
         Frames that lie wholly inside the prefix are returned byte for byte; only the frame
         holding ``last`` is cut, and its lines are returned as plaintext to be re-encoded.
         """
+        if self._expanded is not None:
+            raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
         verbatim: list[bytes] = []
         tail = b""
         if last < 0:
@@ -347,7 +356,7 @@ def _index_zstd(
     header = _header_from_frame(data, scan.frames[0], generation, where)
     log = SessionLog(generation, data, identity, header, scan.frames[0].end)
     if scan.torn_start is not None:
-        tail = zframes.decode_torn(data, scan.torn_start)
+        tail = zframes.decode_torn(data, scan.torn_start, len(scan.frames))
         complete = tail[: tail.rfind(b"\n") + 1]
         recovered = tuple(complete[:-1].split(b"\n")) if complete else ()
         log.torn = TornTail(scan.torn_start, scan.size - scan.torn_start, recovered)
@@ -416,6 +425,12 @@ def _expand_all(log: SessionLog, body: bytes, where: str) -> None:
     events: list[Event] = []
     for line in split_lines(body, where=where):
         events.extend(parse_v0_line(line, len(events), where=where))
+    seed_length = log.header.seed_length
+    if seed_length is not None and seed_length > len(events):
+        raise CorruptLog(
+            f"{where}: header seedLength {seed_length} exceeds the {len(events)} events "
+            "(format §7.4)"
+        )
     log._expanded = events
     log.event_count = len(events)
 
@@ -430,7 +445,8 @@ def parse_recovered(log: SessionLog) -> list[bytes]:
             value, _ = parse_line(line)
         except LineError:
             break
-        if not isinstance(value, dict) or value.get("seq") != log.event_count + len(kept):
+        expected = log.event_count + len(kept)
+        if not isinstance(value, dict) or nonneg_int(value.get("seq")) != expected:
             break
         kept.append(line)
     return kept
