@@ -38,6 +38,7 @@ _REQUIRED_V0 = frozenset(("type", "version", "id", "createdAt", "delegationDepth
 _ALLOWED_V0 = frozenset(
     (*_REQUIRED_V0, "cwd", "parentSession", "seedLength", "origin", "agentPreset")
 )
+_OPTIONAL_TEXT = frozenset(("cwd", "parentSession", "origin", "agentPreset"))
 ENVELOPE_KEYS = frozenset(
     ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
 )
@@ -142,17 +143,21 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
         value, _ = parse_line(line)
     except LineError as exc:
         raise CorruptLog(f"{where}: header is not JSON ({exc})") from None
+    if not isinstance(value, dict) or value.get("type") != "session":
+        raise CorruptLog(f"{where}: first record is not a session header")
     version = header_version(value)
     if version is None:
-        raise CorruptLog(f"{where}: first record is not a session header")
-    if version > SUPPORTED_VERSION:
-        raise UnsupportedFormat(
-            f"{where}: header version {version} is newer than v{SUPPORTED_VERSION}",
-            version=version,
-        )
+        raise CorruptLog(f"{where}: header version must be a non-negative integer")
+    # The file name first, then the supported range (format §13 step 4): a v4 file holding a
+    # v9 header is a mislabelled file, a v9 file holding a v9 header is a newer harness's.
     if version != file_version:
         raise CorruptLog(
             f"{where}: header version {version} does not match the file name (v{file_version})",
+            version=version,
+        )
+    if version > SUPPORTED_VERSION:
+        raise UnsupportedFormat(
+            f"{where}: header version {version} is newer than v{SUPPORTED_VERSION}",
             version=version,
         )
     fields: dict[str, Any] = value
@@ -164,6 +169,10 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
     if not keys <= allowed:
         extra = ", ".join(sorted(keys - allowed))
         raise CorruptLog(f"{where}: header has keys not allowed in v{version}: {extra}")
+    nulls = sorted(k for k in _OPTIONAL_TEXT if fields.get(k, MISSING) is None)
+    if nulls:
+        # Absent optionals are omitted, never null (format §7.2).
+        raise CorruptLog(f"{where}: header {', '.join(nulls)} must be a string, not null")
 
     def text(key: str, *, optional: bool = True) -> str | None:
         item = fields.get(key, MISSING)
@@ -388,6 +397,9 @@ def decode_source_seqs(stored: Any, seq: int) -> list[int]:
             start, end = nonneg_int(item[0]), nonneg_int(item[1])
             if start is None or end is None or start > end:
                 raise ValueError("bad range pair")
+            if end >= seq:
+                # Checked before expanding: a corrupt pair must not expand to 2^53 values.
+                raise ValueError("cites a seq not earlier than its own")
             had_pair = True
             out.extend(range(start, end + 1))
         else:
