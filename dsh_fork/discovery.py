@@ -225,35 +225,72 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
+def _existing_path(arg: str) -> Path | None:
+    """The existing file or directory ``arg`` names, or None when it can only be an id.
+
+    ``~x`` of an unknown user, over-long names and the like are ids, not errors.
+    """
+    if not arg:
+        return None
+    try:
+        candidate = Path(arg).expanduser()
+        return candidate if candidate.exists() else None
+    except (RuntimeError, OSError, ValueError):
+        return None
+
+
 def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = None) -> Located:
-    """Resolve an id, a session dir or a log file path (semantics §2.1, §2.2)."""
-    warnings: list[str] = []
-    candidate = Path(arg).expanduser()
-    if arg and candidate.exists():
+    """Resolve an id, a session dir or a log file path (semantics §2.1, §2.2).
+
+    [P] A path wins when it leads to a session dir; an existing path that does not (the ids
+    ``.`` and ``..`` name the working directory and its parent) is tried as an id before it
+    is reported as a path without a session.
+    """
+    if not arg:
+        raise SessionNotFound("empty session id")
+    candidate = _existing_path(arg)
+    if candidate is not None:
         absolute = candidate.resolve()
         session_dir = absolute.parent if absolute.is_file() else absolute
-        if absolute.is_file():
-            parsed = parse_name(absolute.name)
-            if parsed is None:
-                warnings.append(f"{absolute.name} is not a canonical generation name")
-        if root_option is not None:
-            root_path = resolve_root(root_option, env)
-            if not _inside(session_dir, root_path):
-                raise UsageError(f"{arg} lies outside the root {root_path}", path=str(absolute))
-        else:
-            root_path = session_dir.parent.parent
-        root = Root(root_path)
+        if not list_generations(session_dir):
+            by_id = Root(resolve_root(root_option, env))
+            if by_id.dirs_of(arg):
+                return _located(by_id, by_id.find(arg))
+        return _located_path(arg, absolute, session_dir, root_option, env)
+    root = Root(resolve_root(root_option, env))
+    return _located(root, root.find(arg))
+
+
+def _located_path(
+    arg: str,
+    absolute: Path,
+    session_dir: Path,
+    root_option: str | None,
+    env: Mapping[str, str] | None,
+) -> Located:
+    """A path argument: inside an explicit root, or its grandparent is the root."""
+    warnings: list[str] = []
+    is_file = absolute.is_file()
+    if is_file and parse_name(absolute.name) is None:
+        warnings.append(f"{absolute.name} is not a canonical generation name")
+    if root_option is not None:
+        root_path = resolve_root(root_option, env)
+        if not _inside(session_dir, root_path):
+            raise UsageError(f"{arg} lies outside the root {root_path}", path=str(absolute))
     else:
-        root = Root(resolve_root(root_option, env))
-        if not arg:
-            raise SessionNotFound("empty session id")
-        session_dir = root.find(arg)
-    generations = list_generations(session_dir)
-    generation = select(generations)
+        root_path = session_dir.parent.parent
+    located = _located(Root(root_path), session_dir)
+    if is_file and absolute != located.generation.path.resolve():
+        warnings.append(
+            f"reading {located.generation.name}, the highest generation of {session_dir}"
+        )
+    return Located(located.root, session_dir, located.generation, tuple(warnings))
+
+
+def _located(root: Root, session_dir: Path) -> Located:
+    generation = select(list_generations(session_dir))
     if generation is None:
         raise SessionNotFound(f"{session_dir} holds no session log", path=str(session_dir))
-    if candidate.is_file() and candidate.resolve() != generation.path.resolve():
-        warnings.append(f"reading {generation.name}, the highest generation of {session_dir}")
     if generation.version > SUPPORTED_VERSION:
         raise UnsupportedFormat(
             f"{generation.path}: generation v{generation.version} is newer than "
@@ -261,4 +298,4 @@ def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = No
             version=generation.version,
             path=str(generation.path),
         )
-    return Located(root, session_dir, generation, tuple(dict.fromkeys(warnings)))
+    return Located(root, session_dir, generation)
