@@ -150,6 +150,11 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
             _remove_quietly(temp)
         lock.release()
         raise
+    except BaseException:
+        # A simulated crash leaves its temp file behind, as a real one would; the kernel
+        # would also drop the lock with the process, so a rerun in this process can take it.
+        lock.release()
+        raise
     if not keep_lock:
         lock.release()
     return Published(final, session_dir, size, lock if keep_lock else None)
