@@ -303,9 +303,12 @@ def generate(
             spec.descriptor(clock, f"agent {path}")
             spec.flush()
         children: list[tuple[SessionSpec, str]] = []
-        for number in range(turns):
-            spec.turn(clock, _text(rng, words))
-            spec.flush()
+        # Children are catalogued after turn 1, or at once in a session without turns, so
+        # every session above depth D has its M children whatever T is (semantics §8.1).
+        for number in range(max(turns, 1)):
+            if number < turns:
+                spec.turn(clock, _text(rng, words))
+                spec.flush()
             if number == 0 and level < depth:
                 for k in range(agents):
                     child_path = f"{path}.{k + 1}" if path else str(k + 1)
