@@ -843,8 +843,8 @@ def file_findings(log: SessionLog) -> list[Finding]:
             Finding(
                 "warning",
                 "TORN_TAIL",
-                f"torn tail at byte {log.torn.offset} ({log.torn.size} bytes, {recoverable} "
-                "recoverable lines); DSH truncates it on its next write",
+                f"torn tail at byte {log.torn.offset} ({log.torn.size} bytes; {recoverable} "
+                "complete lines DSH would recover); DSH truncates it on its next write",
             )
         )
     return out
@@ -979,7 +979,10 @@ def check_dir(session_dir: Path) -> DirCheck:
         for ev in log.events():
             validator.feed(ev)
     except CorruptLog as exc:
-        result.findings.append(Finding("error", "CORRUPT_LOG", exc.message))
+        message = exc.message
+        if str(generation.path) not in message:
+            message = f"{generation.path}: {message}"
+        result.findings.append(Finding("error", "CORRUPT_LOG", message))
         return result
     except SessionStale as exc:
         result.findings.append(Finding("warning", "SESSION_STALE", exc.message))
