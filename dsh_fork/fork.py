@@ -1,0 +1,381 @@
+"""``fork``: a new session seeded with a source's events ``0..boundary`` (semantics §3).
+
+The offline counterpart of DSH's ``SessionStore.fork``: the boundary is checked exactly as DSH's
+store checks it (never inside an open turn, never trimmed), the prefix is copied byte for byte,
+and the child appears atomically through the writer or not at all.
+
+It is also cheap on huge logs: every frame of the source is decoded once while indexing,
+compressed frames wholly inside the prefix are copied verbatim, only the frame holding the
+boundary is re-framed, and the only lines parsed are the few a decision needs (the turn event
+that governs the boundary, the boundary event, preset selections, and catalog facts for a dry-run
+agent plan).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .discovery import Located, Root, locate
+from .errors import (
+    CorruptLog,
+    DshForkError,
+    InternalError,
+    InvalidBoundary,
+    OpenTurn,
+    Partial,
+    SessionAlreadyExists,
+    UsageError,
+    unsupported_below_v4,
+)
+from .generations import CURRENT_NAME, SUPPORTED_VERSION
+from .ids import ClockMs, IdFactory, new_session_id, now_ms
+from .layout import encode_segment, project_dir_name
+from .layout import oplog_path as default_oplog_path
+from .model import Facts, OpenTurnInfo, derive
+from .reader import SessionLog, open_log
+from .records import encode_event, encode_header
+from .writer import Body, ensure_session_dir, publish
+
+TURN_TYPES = ("turn/start", "turn/end")
+PRESET_TYPE = "agent-preset/selected"
+CATALOG_TYPE = "subagent/catalog"
+MARKER_TYPE = "session/end-seed"
+MAX_SEGMENT_BYTES = 255
+_ID_ATTEMPTS = 5
+
+
+@dataclass
+class ForkResult:
+    """What a fork wrote (or, with ``dry_run``, would write): semantics §3.2."""
+
+    child_id: str | None
+    path: Path | None
+    project_dir: Path
+    parent_session: str
+    source_path: Path
+    boundary: int | None
+    inherited_events: int
+    agent_preset: str | None
+    created_at: int | None
+    frames_copied: int
+    frames_reencoded: int
+    dry_run: bool
+    agents: Any = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "child": {
+                "id": self.child_id,
+                "path": None if self.path is None else str(self.path),
+                "projectDir": str(self.project_dir),
+                "parentSession": self.parent_session,
+                "boundary": self.boundary,
+                "inheritedEvents": self.inherited_events,
+                "agentPreset": self.agent_preset,
+                "createdAt": self.created_at,
+            },
+            "agents": None if self.agents is None else self.agents.to_json(),
+            "dryRun": self.dry_run,
+            "framesCopied": self.frames_copied,
+            "framesReencoded": self.frames_reencoded,
+        }
+
+
+def fork(
+    root: Root,
+    source: Located,
+    *,
+    at: int | None,
+    child_id: str | None,
+    agents: bool,
+    dry_run: bool,
+    clock: ClockMs = now_ms,
+    new_id: IdFactory = new_session_id,
+    oplog_path: Path | None = None,
+) -> ForkResult:
+    """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
+
+    Unless ``agents`` is false, the source's subagent tree is copied under the child in the same
+    run (relink), while the child's lock is held from its publication to the end.
+    """
+    generation = source.generation
+    if generation.version < SUPPORTED_VERSION:
+        raise unsupported_below_v4(
+            f"the source {source.session_dir.name}", generation.version, path=str(generation.path)
+        )
+    root.require_writable()
+    if child_id is not None:
+        _check_child_id(root, child_id)
+
+    types = [PRESET_TYPE, CATALOG_TYPE] if dry_run and agents else [PRESET_TYPE]
+    log = open_log(generation, collect=types)
+    header = log.header
+    facts = derive(header, log.event_count, log.collected)
+    boundary = _boundary(log, at)
+    verbatim, cut_lines = log.prefix(-1 if boundary is None else boundary)
+    last_time = None if boundary is None else _time_of(log, boundary)
+
+    project_dir = root.path / project_dir_name(header.cwd)
+    if child_id is None and not dry_run:
+        child_id = _fresh_id(root, new_id)
+    result = ForkResult(
+        child_id=child_id,
+        path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
+        project_dir=project_dir,
+        parent_session=header.id,
+        source_path=generation.path,
+        boundary=boundary,
+        inherited_events=0 if boundary is None else boundary + 1,
+        agent_preset=facts.preset_at(-1 if boundary is None else boundary),
+        created_at=None,
+        frames_copied=len(verbatim),
+        frames_reencoded=1 if cut_lines else 0,
+        dry_run=dry_run,
+        warnings=list(source.warnings),
+    )
+    if log.torn is not None:
+        result.warnings.append(
+            f"the source has a torn tail ({log.torn.size} bytes at offset {log.torn.offset}); "
+            "only its complete frames are forked"
+        )
+
+    if dry_run:
+        if agents:
+            result.agents = _plan_agents(root, facts, result, last_time)
+            _raise_if_partial(result)
+        return result
+
+    assert child_id is not None
+    created_at = clock()
+    result.created_at = created_at
+    marker = encode_event(
+        MARKER_TYPE,
+        result.inherited_events,
+        created_at if last_time is None else last_time,
+        {"inherited": True},
+    )
+    header_line = encode_header(
+        session_id=child_id,
+        created_at=created_at,
+        cwd=header.cwd,
+        parent_session=header.id,
+        is_seeded=True,
+        origin=None,
+        delegation_depth=0,
+        agent_preset=result.agent_preset,
+    )
+    session_dir = ensure_session_dir(
+        root.path, project_dir_name(header.cwd), encode_segment(child_id)
+    )
+    published = publish(
+        session_dir, header_line, Body(frames=verbatim, tail=cut_lines + marker), keep_lock=agents
+    )
+    result.path = published.path
+    if agents:
+        assert published.lock is not None
+        try:
+            root.invalidate()
+            result.agents = _relink().relink(
+                root,
+                session_dir,
+                lock=published.lock,
+                oplog_path=oplog_path,
+                clock=clock,
+                new_id=new_id,
+            )
+        except DshForkError as error:
+            raise Partial(
+                f"forked {child_id}, but copying its subagents failed: {error.message}; "
+                f"run `dsh-fork relink {child_id}` to finish",
+                [{"id": child_id, "code": error.code, "message": error.message}],
+                result.to_json(),
+            ) from error
+        finally:
+            published.lock.release()
+        _raise_if_partial(result)
+    return result
+
+
+def fork_session(
+    source_arg: str,
+    root_option: str | None,
+    *,
+    at: int | None,
+    child_id: str | None,
+    agents: bool,
+    dry_run: bool,
+    env: Mapping[str, str] | None = None,
+) -> ForkResult:
+    """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs."""
+    source = locate(source_arg, root_option, env)
+    return fork(
+        source.root,
+        source,
+        at=at,
+        child_id=child_id,
+        agents=agents,
+        dry_run=dry_run,
+        oplog_path=default_oplog_path(root_option, env),
+    )
+
+
+# -- the boundary ---------------------------------------------------------------------------
+
+
+def _boundary(log: SessionLog, at: int | None) -> int | None:
+    """The checked boundary seq, or None for the empty child of an empty source."""
+    count = log.event_count
+    if at is None:
+        if count == 0:
+            return None
+        seq = count - 1
+    elif not 0 <= at < count:
+        detail = "the source has no events" if count == 0 else f"valid seqs are 0..{count - 1}"
+        raise InvalidBoundary(
+            f"boundary {at} does not exist: {detail}",
+            requested=at,
+            eventCount=count,
+            session=log.header.id,
+        )
+    else:
+        seq = at
+    # Only the last turn event at or before ``seq`` decides (Facts.enclosing_turn); reading
+    # back for it spares parsing every turn event of a huge log.
+    governing = log.last_event(TURN_TYPES, seq)
+    near = derive(log.header, count, [] if governing is None else [governing])
+    enclosing = near.enclosing_turn(seq)
+    if enclosing is not None:
+        raise _open_turn(log, seq, enclosing, default=at is None)
+    return seq
+
+
+def _open_turn(log: SessionLog, seq: int, turn: OpenTurnInfo, *, default: bool) -> OpenTurn:
+    """OPEN_TURN naming the turn and the nearest valid boundaries (a full turn scan, on error)."""
+    full: Facts = derive(log.header, log.event_count, list(log.events(TURN_TYPES)))
+    below, above = full.nearest_boundaries(seq)
+    nearest = [b for b in (below, above) if b is not None]
+    name = "an open turn" if turn.turn is None else f"open turn {turn.turn}"
+    what = f"boundary {seq} (the source's last event)" if default else f"boundary {seq}"
+    listed = ", ".join(str(b) for b in nearest) or "none"
+    message = f"{what} lies inside {name} (started at seq {turn.start_seq}); "
+    message += f"nearest valid boundaries: {listed}"
+    last_end = full.last_turn_end if default else None
+    if default:
+        message += "; no turn has ended yet" if last_end is None else f"; last turn/end: {last_end}"
+    return OpenTurn(
+        message,
+        requested=seq,
+        validBoundaries=nearest,
+        openTurn={"turn": turn.turn, "startSeq": turn.start_seq},
+        lastTurnEnd=last_end,
+        session=log.header.id,
+    )
+
+
+def _time_of(log: SessionLog, seq: int) -> int:
+    """The boundary event's time, which the marker takes (DSH's late-v4 rule)."""
+    time = log.event(seq).time
+    if time is None:
+        raise CorruptLog(
+            f"{log.where}: event {seq} has no safe-integer time", line=seq, path=log.where
+        )
+    return time
+
+
+# -- the child id ---------------------------------------------------------------------------
+
+
+def _check_child_id(root: Root, child_id: str) -> None:
+    if child_id == "":
+        raise UsageError("the child id must not be empty")
+    if len(encode_segment(child_id).encode()) > MAX_SEGMENT_BYTES:
+        raise UsageError(
+            f"the child id is too long for a directory name ({MAX_SEGMENT_BYTES} bytes once "
+            "encoded)"
+        )
+    dirs = root.dirs_of(child_id)
+    if dirs:
+        raise SessionAlreadyExists(
+            f"a session {child_id!r} already exists in {dirs[0].parent.name}",
+            session=child_id,
+            path=str(dirs[0]),
+        )
+
+
+def _fresh_id(root: Root, new_id: IdFactory) -> str:
+    """``session-<uuid4>``, regenerated on the (practically impossible) collision."""
+    for _ in range(_ID_ATTEMPTS):
+        candidate = new_id()
+        if not root.exists(candidate):
+            return candidate
+    raise InternalError(f"{_ID_ATTEMPTS} fresh session ids in a row already exist")
+
+
+# -- subagents --------------------------------------------------------------------------------
+
+
+def _relink() -> Any:
+    """The relink library, imported when agents are copied (it lives in its own module)."""
+    return importlib.import_module("dsh_fork.relink")
+
+
+def _plan_agents(root: Root, facts: Facts, result: ForkResult, last_time: int | None) -> Any:
+    """The relink plan for a child that does not exist yet (dry run)."""
+    relink = _relink()
+    boundary = -1 if result.boundary is None else result.boundary
+    inherited = frozenset(
+        entry.child_id
+        for entry in facts.catalog
+        if entry.seq <= boundary and entry.child_id is not None
+    )
+    point = relink.ForkPoint(
+        parent_id=result.parent_session,
+        cut=result.inherited_events,
+        last_inherited_time=last_time,
+        inherited_catalog_ids=inherited,
+        depth=0,
+    )
+    return relink.plan_new_fork(root, point)
+
+
+def _raise_if_partial(result: ForkResult) -> None:
+    """Exit PARTIAL when the agent copy reports failed or uncatalogable items (§4.6)."""
+    summary = result.agents
+    if summary is None:
+        return
+    failed: list[dict[str, Any]] = [_item(item) for item in summary.failed]
+    failed += [
+        {
+            "id": item.get("id"),
+            "code": "UNCATALOGABLE",
+            "message": item.get("reason", "cannot be catalogued"),
+        }
+        for item in map(_as_dict, summary.uncatalogable)
+    ]
+    if failed:
+        raise Partial(
+            f"{len(failed)} subagent item(s) failed or could not be catalogued",
+            failed,
+            result.to_json(),
+        )
+
+
+def _as_dict(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    to_json = getattr(item, "to_json", None)
+    if callable(to_json):
+        value = to_json()
+        if isinstance(value, dict):
+            return value
+    return dict(vars(item))
+
+
+def _item(item: Any) -> dict[str, Any]:
+    data = _as_dict(item)
+    return {"id": data.get("id"), "code": data.get("code"), "message": data.get("message")}
