@@ -156,14 +156,15 @@ class SessionLog:
                     yield ev
             return
         tokens = None if wanted is None else [f'"{t}"'.encode() for t in wanted]
+        where = self.where
         for index, chunk in enumerate(self.chunks):
             if tokens is None:
-                for offset, line in enumerate(self.chunk_lines(index)):
-                    yield parse_event(line, chunk.first_seq + offset, where=self.where)
+                for seq, line in enumerate(self.chunk_lines(index), chunk.first_seq):
+                    yield parse_event(line, seq, where=where)
                 continue
             plaintext = self._chunk_plaintext(index)
             for offset, line in _matching_lines(plaintext, tokens):
-                ev = parse_event(line, chunk.first_seq + offset, where=self.where)
+                ev = parse_event(line, chunk.first_seq + offset, where=where)
                 if wanted is not None and ev.type in wanted:
                     yield ev
 

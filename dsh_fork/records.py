@@ -280,32 +280,33 @@ class Event:
 def parse_event(line: bytes, expected_seq: int, *, where: str = "log") -> Event:
     """Envelope of one v2+ line; a non-object, a missing type or a wrong seq is corruption."""
     try:
-        value, lenient = parse_line(line)
-    except LineError as exc:
-        raise CorruptLog(
-            f"{where}: event {expected_seq} is not JSON ({exc})", line=expected_seq
-        ) from None
+        value, lenient = orjson.loads(line), False
+    except orjson.JSONDecodeError:
+        try:
+            value, lenient = parse_line(line)
+        except LineError as exc:
+            raise CorruptLog(
+                f"{where}: event {expected_seq} is not JSON ({exc})", line=expected_seq
+            ) from None
     if not isinstance(value, dict):
         raise CorruptLog(f"{where}: event {expected_seq} is not an object", line=expected_seq)
     event_type = value.get("type")
     if not isinstance(event_type, str):
         raise CorruptLog(f"{where}: event {expected_seq} has no type", line=expected_seq)
-    seq = nonneg_int(value.get("seq"))
+    seq = value.get("seq")
+    # Fast paths for plain integers (every line DSH writes); other spellings take safe_int.
+    if type(seq) is not int:
+        seq = nonneg_int(seq)
     if seq != expected_seq:
         raise CorruptLog(
             f"{where}: seq {value.get('seq')!r} where {expected_seq} was expected (seqs must be "
             "dense from 0)",
             line=expected_seq,
         )
-    return Event(
-        seq=seq,
-        type=event_type,
-        time=safe_int(value.get("time")),
-        data=value.get("data", MISSING),
-        obj=value,
-        raw=line,
-        lenient=lenient,
-    )
+    time = value.get("time")
+    if type(time) is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
+        time = safe_int(time)
+    return Event(expected_seq, event_type, time, value.get("data", MISSING), value, line, lenient)
 
 
 def expand_row(value: dict[str, Any], expected_seq: int, where: str = "log") -> list[Event]:
