@@ -16,6 +16,7 @@ from .errors import CorruptLog
 ZSTD_MAGIC = 0xFD2FB528
 COMPRESSION_LEVEL = 3
 TARGET_FRAME_BYTES = 64 * 1024
+MAX_BLOCK_SIZE = 128 * 1024
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
 
@@ -87,6 +88,10 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
             block_type = (block >> 1) & 3
             if block_type == 3:
                 raise _corrupt("reserved block type", pos, index)
+            if block >> 3 > MAX_BLOCK_SIZE:
+                # Beyond the format's Block_Maximum_Size: a damaged header, not a torn frame
+                # (a writer repairing a "torn tail" here would truncate committed frames).
+                raise _corrupt("block larger than 128 KiB", pos, index)
             payload = 1 if block_type == 1 else block >> 3
             pos += 3 + payload
             if pos > size:
