@@ -78,6 +78,7 @@ class Root:
     path: Path
     _entries: list[SessionEntry] | None = field(default=None, repr=False)
     _children: dict[str, list[SessionEntry]] | None = field(default=None, repr=False)
+    _by_id: dict[str, SessionEntry] | None = field(default=None, repr=False)
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -122,7 +123,11 @@ class Root:
     def encoding(self) -> RootEncoding:
         """The set of suffixes of every canonical generation in the root (format §4)."""
         seen: set[str] = set()
-        for session_dir in self.candidate_dirs():
+        if self._entries is not None:  # the listing already walked every session dir
+            seen.update(g.encoding for e in self._entries for g in e.generations)
+            if len(seen) == 2:
+                return "mixed"
+        for session_dir in () if self._entries is not None else self.candidate_dirs():
             seen.update(g.encoding for g in list_generations(session_dir))
             if len(seen) == 2:
                 return "mixed"
@@ -197,9 +202,40 @@ class Root:
         kids = [e for e in self.entries() if e.header and e.header.is_fork_child]
         return sorted(kids, key=_order)
 
+    def entry(self, session_id: str) -> SessionEntry | None:
+        """The listed session with this id (the first one when an id is duplicated)."""
+        if self._by_id is None:
+            by_id: dict[str, SessionEntry] = {}
+            for entry in self.entries():
+                if entry.id is not None:
+                    by_id.setdefault(entry.id, entry)
+            self._by_id = by_id
+        return self._by_id.get(session_id)
+
+    def register(self, session_dir: Path) -> SessionEntry | None:
+        """Add a session published during this run to the cached listing and indexes.
+
+        A run that writes sessions (relink copies) keeps one index for its whole duration;
+        registering what it wrote keeps that index true without re-reading the root.
+        """
+        if self._entries is None:
+            return None
+        generations = list_generations(session_dir)
+        if not generations:
+            return None
+        entry = SessionEntry(session_dir, generations)
+        entry.header = read_header(generations[-1])
+        self._entries.append(entry)
+        if self._children is not None and entry.parent is not None:
+            self._children.setdefault(entry.parent, []).append(entry)
+        if self._by_id is not None and entry.id is not None:
+            self._by_id.setdefault(entry.id, entry)
+        return entry
+
     def invalidate(self) -> None:
         self._entries = None
         self._children = None
+        self._by_id = None
 
 
 def _order(entry: SessionEntry) -> tuple[int, str]:

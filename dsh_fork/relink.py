@@ -1,0 +1,886 @@
+"""relink: copy a fork's subagent tree under the fork child, offline (semantics §4).
+
+Two phases. The planner reads (headers of the whole root once, then the logs it needs) and
+decides every outcome: which child belongs to the branch, which already has a copy (matched by
+provenance), which is running, open, unreadable or copied afresh, and which catalog facts and
+descriptors are missing. The walker then replays that plan top-down, writing as it goes, or —
+for ``--dry-run`` — only records it, so a plan and a real run report the same outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import oplog as messages
+from . import writer
+from .catalog import fact_from_descriptor
+from .discovery import Root, SessionEntry
+from .errors import (
+    CorruptLog,
+    DshForkError,
+    Partial,
+    SessionAlreadyExists,
+    SessionLocked,
+    SessionNotFound,
+    UsageError,
+    unsupported_below_v4,
+)
+from .generations import SUPPORTED_VERSION
+from .ids import ClockMs, IdFactory, new_session_id, now_ms
+from .layout import encode_segment, project_dir_name
+from .locking import SessionLock, probe
+from .model import MODEL_TYPES, Facts, facts_of
+from .oplog import OpLog
+from .provenance import Logged, match_copies
+from .reader import SessionLog, current_generation, open_log, read_header
+from .records import encode_event, encode_header
+
+LINEAGE_CYCLE = "lineage cycle"
+
+# -- the fork point ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """Where a new parent's history branched off its source parent.
+
+    ``parent_id`` is the source parent whose children are candidates; ``cut`` and
+    ``last_inherited_time`` decide branch membership together with the catalog facts the new
+    parent inherited; ``depth`` is the new parent's delegation depth.
+    """
+
+    parent_id: str
+    cut: int
+    last_inherited_time: int | None
+    inherited_catalog_ids: frozenset[str]
+    depth: int
+
+
+def fork_point(
+    log: SessionLog, facts: Facts, parent_id: str, boundary: int, depth: int
+) -> ForkPoint:
+    """The fork point of a session that inherited ``log``'s events ``0..boundary``.
+
+    For a fork child C: its own log with ``boundary = cut(C) - 1``; for a planned fork: the
+    source with the fork boundary; for a copy of S: S's log with ``boundary = L(S)``.
+    """
+    if boundary < 0:
+        return ForkPoint(parent_id, 0, None, frozenset(), depth)
+    ids = frozenset(
+        entry.child_id
+        for entry in facts.catalog
+        if entry.seq <= boundary and entry.child_id is not None
+    )
+    return ForkPoint(parent_id, boundary + 1, log.event(boundary).time, ids, depth)
+
+
+def belongs(point: ForkPoint, child_id: str, created_at: int) -> bool:
+    """Branch membership (semantics §4.2.3): an inherited catalog fact, else createdAt ≤ T."""
+    if point.cut <= 0:
+        return False
+    if child_id in point.inherited_catalog_ids:
+        return True
+    return point.last_inherited_time is not None and created_at <= point.last_inherited_time
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RelinkSummary:
+    """The outcome of one fork child (semantics §4.6); ``to_json`` is the contract object."""
+
+    fork_child: str | None
+    source: str | None
+    dry_run: bool
+    copied: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    unrelated: list[str] = field(default_factory=list)
+    uncatalogable: list[dict[str, Any]] = field(default_factory=list)
+    catalogued: list[str] = field(default_factory=list)
+    descriptors_repaired: list[str] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "forkChild": self.fork_child,
+            "source": self.source,
+            "copied": self.copied,
+            "skipped": self.skipped,
+            "unrelated": self.unrelated,
+            "uncatalogable": self.uncatalogable,
+            "catalogued": self.catalogued,
+            "descriptorsRepaired": self.descriptors_repaired,
+            "failed": self.failed,
+            "dryRun": self.dry_run,
+            "warnings": self.warnings,
+        }
+
+    @property
+    def ok(self) -> bool:
+        """Exit 0: skips and unrelated children are normal outcomes, failures are not."""
+        return not self.failed and not self.uncatalogable
+
+    def problems(self) -> list[dict[str, Any]]:
+        """Every item that makes the run PARTIAL, named: failures, then uncatalogable copies."""
+        items = [dict(item) for item in self.failed]
+        for item in self.uncatalogable:
+            items.append(
+                {
+                    "id": item["id"] or item["source"],
+                    "code": "UNCATALOGABLE",
+                    "message": f"no catalog fact can be made: {item['reason']}",
+                }
+            )
+        return items
+
+    def partial(self) -> Partial | None:
+        """The PARTIAL error (exit 10) this outcome amounts to, or None when it is a success."""
+        if self.ok:
+            return None
+        problems = self.problems()
+        total = len(self.copied) + len(self.skipped) + len(self.failed)
+        total += sum(1 for item in self.uncatalogable if item["source"] is None)
+        return Partial(
+            f"{len(problems)} of {max(total, len(problems))} items failed",
+            problems,
+            self.to_json(),
+        )
+
+
+@dataclass
+class RelinkAllResult:
+    """``relink --all``: one summary per fork child and every failure, each with its fork."""
+
+    results: list[RelinkSummary]
+    failed: list[dict[str, Any]]
+    forks: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"results": [r.to_json() for r in self.results], "failed": self.failed}
+
+    def partial(self) -> Partial | None:
+        if not self.failed:
+            return None
+        failing = len({item["forkChild"] for item in self.failed})
+        return Partial(
+            f"{len(self.failed)} items failed in {failing} of {self.forks} fork children",
+            self.failed,
+            self.to_json(),
+        )
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Opened:
+    """A session whose log the planner needed: readable (log, facts) or not (error)."""
+
+    entry: SessionEntry
+    log: SessionLog | None = None
+    facts: Facts | None = None
+    error: DshForkError | None = None
+
+    @property
+    def id(self) -> str:
+        return self.entry.id or self.entry.session_dir.name
+
+    def logged(self) -> Logged | None:
+        if self.log is None or self.facts is None:
+            return None
+        return Logged(self.id, self.log, self.facts)
+
+
+def _open(entry: SessionEntry) -> _Opened:
+    generation = entry.generation
+    if entry.error is not None or generation is None:
+        return _Opened(entry, error=entry.error or SessionNotFound(f"{entry.session_dir}: gone"))
+    try:
+        log = open_log(generation, collect=MODEL_TYPES)
+    except DshForkError as exc:
+        return _Opened(entry, error=exc)
+    except OSError as exc:
+        return _Opened(entry, error=CorruptLog(f"{generation.path}: unreadable ({exc.strerror})"))
+    return _Opened(entry, log, facts_of(log))
+
+
+@dataclass
+class _Fail:
+    id: str
+    code: str
+    message: str
+
+
+@dataclass
+class _Skip:
+    id: str
+    reason: str
+
+
+@dataclass
+class _Copy:
+    source: _Opened
+    last: int
+    descriptor: Any | None
+    fact_reason: str | None
+    level: _Level
+
+
+@dataclass
+class _Match:
+    source_id: str
+    existing: _Opened
+    level: _Level
+
+
+@dataclass
+class _Repair:
+    """A catalog fact for an existing child of the level's parent that has none."""
+
+    child: _Opened
+    source_id: str | None
+    fact: dict[str, Any] | None
+    reason: str | None
+
+
+@dataclass
+class _Level:
+    """Everything that happens under one new parent (C, a copy, or a matched copy)."""
+
+    point: ForkPoint
+    items: list[_Fail | _Skip | _Copy | _Match] = field(default_factory=list)
+    unrelated: list[str] = field(default_factory=list)
+    existing_outcomes: list[_Fail | _Skip] = field(default_factory=list)
+    repairs: list[_Repair] = field(default_factory=list)
+    descriptor_repairs: list[tuple[_Opened, Any]] = field(default_factory=list)
+    own_descriptor: Any | None = None
+    blocked: _Fail | _Skip | None = None
+
+    def writes_parent(self) -> bool:
+        """Whether anything is appended to this level's parent (so its lock is needed)."""
+        return (
+            self.own_descriptor is not None
+            or any(isinstance(item, _Copy) for item in self.items)
+            or any(repair.fact is not None for repair in self.repairs)
+        )
+
+    def walk_items(self) -> Iterator[_Fail | _Skip | _Copy | _Match]:
+        """Every item of this level and the levels below it, in walk order."""
+        if self.blocked is not None:
+            return
+        for item in self.items:
+            yield item
+            if isinstance(item, _Copy | _Match):
+                yield from item.level.walk_items()
+
+
+def _failure(child_id: str, error: DshForkError) -> _Fail:
+    return _Fail(child_id, error.code, error.message)
+
+
+class _Planner:
+    """Read-only: decides every outcome of a relink (semantics §4.2, §4.3, §4.4.2)."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self.visited: set[str] = set()
+
+    def level(
+        self,
+        point: ForkPoint,
+        existing: list[_Opened],
+        own_catalog: set[str],
+        *,
+        own_descriptor: Any | None = None,
+    ) -> _Level:
+        level = _Level(point, own_descriptor=own_descriptor)
+        belonging: list[_Opened] = []
+        outcome: dict[str, _Fail | _Opened] = {}
+        order: list[str] = []
+        for entry in self.root.children_of(point.parent_id):
+            child_id = entry.id or entry.session_dir.name
+            if entry.error is not None:
+                order.append(child_id)
+                outcome[child_id] = _failure(child_id, entry.error)
+                continue
+            if not belongs(point, child_id, entry.created_at):
+                level.unrelated.append(child_id)
+                continue
+            order.append(child_id)
+            if child_id in self.visited:
+                outcome[child_id] = _Fail(
+                    child_id, CorruptLog.code, f"{LINEAGE_CYCLE}: {child_id} is its own ancestor"
+                )
+                continue
+            self.visited.add(child_id)
+            opened = _open(entry)
+            outcome[child_id] = opened
+            belonging.append(opened)
+        readable = [x for x in (o.logged() for o in existing) if x is not None]
+        sources = [s for s in (o.logged() for o in belonging) if s is not None]
+        matches = match_copies(readable, sources)
+        matched_source = {source: copy for copy, source in matches.items()}
+        by_id = {o.id: o for o in existing}
+
+        for child_id in order:
+            found = outcome[child_id]
+            if isinstance(found, _Fail):
+                level.items.append(found)
+            elif child_id in matched_source:
+                level.items.append(self._match(child_id, by_id[matched_source[child_id]]))
+            else:
+                level.items.append(self._classify(found, point))
+        self._repairs(level, existing, own_catalog, matches)
+        return level
+
+    def _classify(self, source: _Opened, point: ForkPoint) -> _Fail | _Skip | _Copy:
+        """Semantics §4.2.5, in order: running, below v4, unreadable, open, else a copy."""
+        entry = source.entry
+        generation = entry.generation
+        assert generation is not None
+        if probe(entry.session_dir) == "held":
+            return _Skip(source.id, "running")
+        if generation.version < SUPPORTED_VERSION:
+            error = unsupported_below_v4(f"subagent {source.id}", generation.version)
+            return _failure(source.id, error)
+        if source.error is not None or source.log is None or source.facts is None:
+            assert source.error is not None
+            return _failure(source.id, source.error)
+        last = source.facts.last_turn_end
+        if last is None:
+            return _Skip(source.id, "open")
+        descriptor = source.facts.descriptor()
+        data = None if descriptor is None else descriptor.data
+        if data is not None:
+            try:
+                orjson.dumps(data)
+            except orjson.JSONEncodeError:
+                return _Fail(
+                    source.id, CorruptLog.code, f"{source.id}: its descriptor cannot be re-encoded"
+                )
+        reason = fact_from_descriptor(data, source.id, 0).reason
+        sub = fork_point(source.log, source.facts, source.id, last, point.depth + 1)
+        return _Copy(source, last, data, reason, self.level(sub, [], set()))
+
+    def _match(self, source_id: str, copy: _Opened) -> _Match:
+        """Recurse into an existing copy with its own cut and last inherited time (§4.2.6)."""
+        assert copy.log is not None and copy.facts is not None
+        facts = copy.facts
+        header = copy.log.header
+        sub = fork_point(copy.log, facts, source_id, facts.cut - 1, header.delegation_depth)
+        repair_descriptor = _descriptor_to_repair(copy)
+        children = [_open(e) for e in self.root.children_of(copy.id)]
+        own = {e.child_id for e in facts.own_catalog() if e.child_id is not None}
+        level = self.level(sub, children, own, own_descriptor=repair_descriptor)
+        if level.writes_parent():
+            # Whatever would be appended to this copy cannot be; leave its subtree to a rerun.
+            if copy.log.version < SUPPORTED_VERSION:
+                error = unsupported_below_v4(f"subagent {copy.id}", copy.log.version)
+                level.blocked = _failure(copy.id, error)
+            elif probe(copy.entry.session_dir) == "held":
+                level.blocked = _Skip(copy.id, "running")
+        return _Match(source_id, copy, level)
+
+    def _repairs(
+        self,
+        level: _Level,
+        existing: list[_Opened],
+        own_catalog: set[str],
+        matches: dict[str, str],
+    ) -> None:
+        """Old forks (§4.4.2): uncatalogued children get a fact; copies a lost descriptor."""
+        for child in existing:
+            if child.error is not None or child.log is None or child.facts is None:
+                assert child.error is not None
+                level.existing_outcomes.append(_failure(child.id, child.error))
+                continue
+            facts = child.facts
+            if child.id not in own_catalog:
+                descriptor = facts.descriptor()
+                plan = fact_from_descriptor(
+                    None if descriptor is None else descriptor.data,
+                    child.id,
+                    child.log.header.created_at,
+                    own_descriptors=len(facts.own_descriptors()),
+                )
+                level.repairs.append(_Repair(child, matches.get(child.id), plan.data, plan.reason))
+            if child.id in matches:
+                continue  # a matched copy repairs its own descriptor under its own lock
+            data = _descriptor_to_repair(child)
+            if data is None:
+                continue
+            if child.log.version < SUPPORTED_VERSION:
+                error = unsupported_below_v4(f"subagent {child.id}", child.log.version)
+                level.existing_outcomes.append(_failure(child.id, error))
+            elif probe(child.entry.session_dir) == "held":
+                level.existing_outcomes.append(_Skip(child.id, "running"))
+            else:
+                level.descriptor_repairs.append((child, data))
+        level.repairs.sort(key=lambda r: (r.child.entry.created_at, r.child.id))
+
+
+def _descriptor_to_repair(child: _Opened) -> Any | None:
+    """A seeded child with no own descriptor but one in its inherited prefix: that one."""
+    if child.log is None or child.facts is None or not child.log.header.is_seeded:
+        return None
+    descriptor = child.facts.descriptor()
+    if descriptor is None or not descriptor.inherited_only:
+        return None
+    return descriptor.data
+
+
+# -- the walk ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Parent:
+    """The new parent of a level as the walk knows it (no id/dir for a planned copy)."""
+
+    id: str | None
+    session_dir: Path | None
+    lock: SessionLock | None
+    depth: int
+
+
+class _Walker:
+    """Replays a plan top-down; writes unless ``dry_run`` (semantics §4.4)."""
+
+    def __init__(
+        self,
+        root: Root,
+        summary: RelinkSummary,
+        log: OpLog,
+        *,
+        clock: ClockMs,
+        new_id: IdFactory,
+        total: int,
+    ) -> None:
+        self.root = root
+        self.summary = summary
+        self.log = log
+        self.dry_run = summary.dry_run
+        self.clock = clock
+        self.new_id = new_id
+        self.total = total
+        self.done = 0
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self.done += 1
+        if self.done % messages.PROGRESS_EVERY == 0 and self.done < self.total:
+            self.log.write(
+                messages.PROGRESS,
+                {"forkChild": self.summary.fork_child, "done": self.done, "total": self.total},
+            )
+
+    def _fail(self, child_id: str, code: str, message: str) -> None:
+        self.summary.failed.append({"id": child_id, "code": code, "message": message})
+        self.log.write(
+            messages.CHILD_FAILED,
+            {
+                "forkChild": self.summary.fork_child,
+                "childId": child_id,
+                "code": code,
+                "message": message,
+            },
+        )
+
+    # -- levels -------------------------------------------------------------------------------
+
+    def level(self, level: _Level, parent: _Parent) -> None:
+        self.summary.unrelated.extend(level.unrelated)
+        new_facts: list[dict[str, Any]] = []
+        for item in level.items:
+            if isinstance(item, _Fail):
+                self._tick()
+                self._fail(item.id, item.code, item.message)
+            elif isinstance(item, _Skip):
+                self._tick()
+                self.summary.skipped.append({"id": item.id, "reason": item.reason})
+            elif isinstance(item, _Copy):
+                self._tick()
+                self._copy(item, parent, new_facts)
+            else:
+                self._match(item)
+        for outcome in level.existing_outcomes:
+            if isinstance(outcome, _Fail):
+                self._fail(outcome.id, outcome.code, outcome.message)
+            else:
+                self.summary.skipped.append({"id": outcome.id, "reason": outcome.reason})
+        for child, data in level.descriptor_repairs:
+            self._repair_descriptor(child, data)
+        self._append_to_parent(level, parent, new_facts)
+
+    def _copy(self, item: _Copy, parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
+        source = item.source
+        depth = parent.depth + 1
+        if self.dry_run:
+            self._record_copy(item, None, parent.id, depth)
+            self.level(item.level, _Parent(None, None, None, depth))
+            return
+        if probe(source.entry.session_dir) == "held":
+            self.summary.skipped.append({"id": source.id, "reason": "running"})
+            return
+        assert parent.id is not None
+        try:
+            copy_id, created_at, copy_dir, lock = self._publish(item, parent.id, depth)
+        except DshForkError as exc:
+            self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
+            return
+        try:
+            self._record_copy(item, copy_id, parent.id, depth)
+            if item.fact_reason is None:
+                plan = fact_from_descriptor(item.descriptor, copy_id, created_at)
+                assert plan.data is not None
+                new_facts.append(plan.data)
+            self.level(item.level, _Parent(copy_id, copy_dir, lock, depth))
+        finally:
+            lock.release()
+
+    def _record_copy(
+        self, item: _Copy, copy_id: str | None, parent_id: str | None, depth: int
+    ) -> None:
+        source_id = item.source.id
+        self.summary.copied.append(
+            {"source": source_id, "copy": copy_id, "parent": parent_id, "depth": depth}
+        )
+        if item.fact_reason is not None:
+            self.summary.uncatalogable.append(
+                {"id": copy_id, "source": source_id, "reason": item.fact_reason}
+            )
+
+    def _publish(
+        self, item: _Copy, parent_id: str, depth: int
+    ) -> tuple[str, int, Path, SessionLock]:
+        """Write the copy (semantics §1.5, §4.4.1): S's prefix verbatim, marker, descriptor."""
+        source = item.source
+        assert source.log is not None
+        header = source.log.header
+        verbatim, tail = source.log.prefix(item.last)
+        marker_time = source.log.event(item.last).time
+        for _ in range(3):
+            copy_id = self.new_id()
+            if self.root.entry(copy_id) is None:
+                break
+        else:
+            raise SessionAlreadyExists(f"could not find an unused id for a copy of {source.id}")
+        created_at = self.clock()
+        lines = tail + encode_event(
+            "session/end-seed",
+            item.last + 1,
+            created_at if marker_time is None else marker_time,
+            {"inherited": True},
+        )
+        if item.descriptor is not None:
+            lines += encode_event("subagent/descriptor", item.last + 2, created_at, item.descriptor)
+        header_line = encode_header(
+            session_id=copy_id,
+            created_at=created_at,
+            cwd=header.cwd,
+            parent_session=parent_id,
+            is_seeded=True,
+            origin="subagent",
+            delegation_depth=depth,
+            agent_preset=header.agent_preset,
+        )
+        session_dir = writer.ensure_session_dir(
+            self.root.path, project_dir_name(header.cwd), encode_segment(copy_id)
+        )
+        published = writer.publish(
+            session_dir, header_line, writer.Body(verbatim, lines), keep_lock=True
+        )
+        assert published.lock is not None
+        with contextlib.suppress(DshForkError, OSError):
+            self.root.register(session_dir)
+        return copy_id, created_at, session_dir, published.lock
+
+    def _match(self, item: _Match) -> None:
+        copy = item.existing
+        level = item.level
+        header = copy.entry.header
+        assert header is not None
+        if isinstance(level.blocked, _Fail):
+            self._fail(level.blocked.id, level.blocked.code, level.blocked.message)
+            return
+        if isinstance(level.blocked, _Skip):
+            self.summary.skipped.append({"id": copy.id, "reason": "running"})
+            return
+        parent = _Parent(copy.id, copy.entry.session_dir, None, header.delegation_depth)
+        if self.dry_run or not level.writes_parent():
+            self.level(level, parent)
+            return
+        try:
+            parent.lock = SessionLock(copy.entry.session_dir).acquire()
+        except SessionLocked:
+            self.summary.skipped.append({"id": copy.id, "reason": "running"})
+            return
+        try:
+            self.level(level, parent)
+        finally:
+            parent.lock.release()
+
+    def _repair_descriptor(self, child: _Opened, data: Any) -> None:
+        """Append a copy's lost descriptor under the copy's own lock (semantics §4.4.2)."""
+        if self.dry_run:
+            self.summary.descriptors_repaired.append(child.id)
+            return
+        appended: list[str] = []
+
+        def build(log: SessionLog, facts: Facts) -> list[writer.NewEvent]:
+            if facts.own_descriptors():
+                return []
+            appended.append(child.id)
+            return [("subagent/descriptor", self.clock(), data)]
+
+        try:
+            writer.append(child.entry.session_dir, build)
+        except SessionLocked:
+            self.summary.skipped.append({"id": child.id, "reason": "running"})
+            return
+        except DshForkError as exc:
+            self._fail(child.id, exc.code, exc.message)
+            return
+        self.summary.descriptors_repaired.extend(appended)
+
+    def _append_to_parent(
+        self, level: _Level, parent: _Parent, new_facts: list[dict[str, Any]]
+    ) -> None:
+        """One frame for the parent: its lost descriptor, repair facts and the new copies'
+        facts, sorted by (childCreatedAt, childId); ids already in its own range are skipped."""
+        repaired = [r for r in level.repairs if r.fact is not None]
+        for repair in level.repairs:
+            if repair.fact is None:
+                assert repair.reason is not None
+                self.summary.uncatalogable.append(
+                    {"id": repair.child.id, "source": repair.source_id, "reason": repair.reason}
+                )
+        facts = [r.fact for r in repaired if r.fact is not None] + new_facts
+        facts.sort(key=lambda f: (f["childCreatedAt"], f["childId"]))
+        repaired_ids = {r.child.id for r in repaired}
+        own_descriptor = level.own_descriptor
+        if self.dry_run or parent.session_dir is None:
+            self.summary.catalogued.extend(r.child.id for r in repaired)
+            if own_descriptor is not None and parent.id is not None:
+                self.summary.descriptors_repaired.append(parent.id)
+            return
+        if not facts and own_descriptor is None:
+            return
+        catalogued: list[str] = []
+        descriptor_added: list[bool] = []
+
+        def build(log: SessionLog, current: Facts) -> list[writer.NewEvent]:
+            now = self.clock()
+            out: list[writer.NewEvent] = []
+            if own_descriptor is not None and not current.own_descriptors():
+                out.append(("subagent/descriptor", now, own_descriptor))
+                descriptor_added.append(True)
+            present = {e.child_id for e in current.own_catalog()}
+            for fact in facts:
+                if fact["childId"] in present:
+                    continue
+                present.add(fact["childId"])
+                out.append(("subagent/catalog", now, fact))
+                if fact["childId"] in repaired_ids:
+                    catalogued.append(fact["childId"])
+            return out
+
+        assert parent.id is not None
+        try:
+            writer.append(parent.session_dir, build, lock=parent.lock)
+        except DshForkError as exc:
+            self._fail(parent.id, exc.code, f"{parent.id}: catalog facts not appended: {exc}")
+            return
+        self.summary.catalogued.extend(catalogued)
+        if descriptor_added:
+            self.summary.descriptors_repaired.append(parent.id)
+
+
+# -- entry points -----------------------------------------------------------------------------
+
+
+def _run(
+    root: Root,
+    level: _Level,
+    summary: RelinkSummary,
+    top: _Parent,
+    log: OpLog,
+    *,
+    clock: ClockMs,
+    new_id: IdFactory,
+    children: int,
+) -> None:
+    """Log, walk and log the summary: the part relink and plan_new_fork share."""
+    items = list(level.walk_items())
+    total = sum(1 for i in items if not isinstance(i, _Match))
+    copies = sum(1 for i in items if isinstance(i, _Copy))
+    if copies:
+        log.write(
+            messages.COPYING,
+            {
+                "forkChild": summary.fork_child,
+                "source": summary.source,
+                "children": children,
+                "total": total,
+            },
+        )
+    walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
+    walker.level(level, top)
+    if summary.catalogued:
+        log.write(
+            messages.CATALOGUED,
+            {"forkChild": summary.fork_child, "catalogued": len(summary.catalogued)},
+        )
+    log.write(messages.COPIED, summary.to_json())
+
+
+def plan_new_fork(root: Root, point: ForkPoint) -> RelinkSummary:
+    """The dry-run plan for a fork child that does not exist yet (no existing copies)."""
+    summary = RelinkSummary(None, point.parent_id, dry_run=True)
+    planner = _Planner(root)
+    planner.visited.add(point.parent_id)
+    level = planner.level(point, [], set())
+    _run(
+        root,
+        level,
+        summary,
+        _Parent(None, None, None, point.depth),
+        OpLog(None),
+        clock=now_ms,
+        new_id=new_session_id,
+        children=len(root.children_of(point.parent_id)),
+    )
+    return summary
+
+
+def relink(
+    root: Root,
+    fork_child_dir: Path,
+    *,
+    dry_run: bool = False,
+    lock: SessionLock | None = None,
+    oplog_path: Path | None = None,
+    clock: ClockMs = now_ms,
+    new_id: IdFactory = new_session_id,
+) -> RelinkSummary:
+    """Copy the subagent tree of C's parent under the fork child C (semantics §4).
+
+    With ``lock`` the caller already holds C's lock (fork keeps it after publishing C);
+    otherwise C's lock is taken for the whole run, or only probed in a dry run. Precondition
+    failures raise their typed error; item failures are reported in the summary (see
+    ``RelinkSummary.partial``).
+    """
+    generation = current_generation(fork_child_dir)
+    if generation is None:
+        raise SessionNotFound(f"{fork_child_dir} holds no session log", path=str(fork_child_dir))
+    header = read_header(generation)
+    if not header.is_fork_child:
+        raise UsageError(
+            f"{header.id} is not a fork child (a fork child is seeded, has a parentSession and "
+            "no origin)",
+            session=header.id,
+        )
+    if generation.version < SUPPORTED_VERSION:
+        raise unsupported_below_v4(f"fork child {header.id}", generation.version)
+    root.require_writable()
+    acquired: SessionLock | None = None
+    if lock is None and not dry_run:
+        acquired = lock = SessionLock(fork_child_dir).acquire()
+    elif lock is None and probe(fork_child_dir) == "held":
+        raise SessionLocked(
+            f"{header.id} is in use: its session.lock is held by a live process",
+            lockPath=str(fork_child_dir / "session.lock"),
+        )
+    try:
+        summary = RelinkSummary(header.id, header.parent_session, dry_run)
+        log = OpLog(oplog_path, dry_run=dry_run, clock=clock, warn=summary.warnings.append)
+        if dry_run:
+            c_log = open_log(generation, collect=MODEL_TYPES)
+            c_facts = facts_of(c_log)
+            if c_log.torn is not None:
+                summary.warnings.append(
+                    f"{header.id} has a torn tail at byte {c_log.torn.offset}; a real run "
+                    "repairs it first"
+                )
+        else:
+            appended = writer.append(fork_child_dir, lambda _log, _facts: [], lock=lock)
+            c_log, c_facts = appended.log, appended.facts
+            if appended.repaired_tail:
+                summary.warnings.append(f"repaired a torn tail in {header.id}")
+        parent_id = c_log.header.parent_session
+        assert parent_id is not None
+        parent_entry = root.entry(parent_id)
+        if parent_entry is None or parent_entry.header is None:
+            why = "missing" if parent_entry is None else "unreadable"
+            summary.warnings.append(
+                f"the parent {parent_id} is {why}; branch membership uses {header.id}'s "
+                "inherited prefix and createdAt only"
+            )
+        point = fork_point(c_log, c_facts, parent_id, c_facts.cut - 1, header.delegation_depth)
+        planner = _Planner(root)
+        planner.visited.add(parent_id)
+        existing = [_open(e) for e in root.children_of(header.id)]
+        own = {e.child_id for e in c_facts.own_catalog() if e.child_id is not None}
+        level = planner.level(point, existing, own)
+        top = _Parent(header.id, fork_child_dir, lock, header.delegation_depth)
+        _run(
+            root,
+            level,
+            summary,
+            top,
+            log,
+            clock=clock,
+            new_id=new_id,
+            children=len(root.children_of(parent_id)),
+        )
+        return summary
+    finally:
+        if acquired is not None:
+            acquired.release()
+
+
+def relink_all(
+    root: Root,
+    *,
+    dry_run: bool = False,
+    oplog_path: Path | None = None,
+    clock: ClockMs = now_ms,
+    new_id: IdFactory = new_session_id,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> RelinkAllResult:
+    """Relink every fork child of the root, in (createdAt, id) order; one failing fork child
+    (locked, below v4, unreadable) is a failed item and does not stop the others."""
+    forks = root.fork_children()
+    result = RelinkAllResult([], [], len(forks))
+    for index, entry in enumerate(forks):
+        fork_id = entry.id or entry.session_dir.name
+        if progress is not None:
+            progress(index, len(forks), fork_id)
+        try:
+            summary = relink(
+                root,
+                entry.session_dir,
+                dry_run=dry_run,
+                oplog_path=oplog_path,
+                clock=clock,
+                new_id=new_id,
+            )
+        except DshForkError as exc:
+            result.failed.append(
+                {"id": fork_id, "code": exc.code, "message": exc.message, "forkChild": fork_id}
+            )
+            continue
+        result.results.append(summary)
+        for item in summary.problems():
+            result.failed.append({**item, "forkChild": fork_id})
+    if progress is not None:
+        progress(len(forks), len(forks), "")
+    return result
