@@ -237,11 +237,11 @@ class Validator:
     turn_ends: int = 0
     events: int = 0
     finished: bool = False
+    full: bool = field(init=False)
+    """Whether the v4 relationship rules apply (only to v4 logs)."""
 
-    @property
-    def full(self) -> bool:
-        """Whether the v4 relationship rules apply (only to v4 logs)."""
-        return self.version >= SUPPORTED_VERSION
+    def __post_init__(self) -> None:
+        self.full = self.version >= SUPPORTED_VERSION
 
     # -- recording --------------------------------------------------------------------------
 
@@ -260,31 +260,35 @@ class Validator:
     # -- the pass ---------------------------------------------------------------------------
 
     def feed(self, ev: Event) -> None:
+        """Check one event; the common, valid case costs a handful of dict lookups."""
         self.events += 1
         kind = ev.type
-        if kind == "turn/end":
-            self.turn_ends += 1
-        if ev.raw is None:  # a packed-row member of v0/v1: no stored envelope of its own
-            return
-        self._envelope(ev)
+        obj = ev.obj
+        if ev.raw is not None and (  # packed-row members (v0/v1) have no envelope of their own
+            not obj.keys() <= ENVELOPE_KEYS
+            or ev.time is None
+            or ev.data is MISSING
+            or ev.lenient
+            or ("ignorable" in obj and obj["ignorable"] is not True)
+        ):
+            self._envelope(ev)
         if not self.full:
+            if kind == "turn/end":
+                self.turn_ends += 1
             return
-        known = kind in KNOWN_V4_TYPES
-        if not known:
-            if ev.obj.get("ignorable") is True:
-                self._source_seqs(ev, known=False)
-            else:
-                self.add(
-                    "error",
-                    "UNKNOWN_EVENT",
-                    f"unknown event type {kind!r} without ignorable: true "
-                    "(DSH refuses the whole log as written by a newer harness)",
-                    ev.seq,
-                )
+        if kind not in KNOWN_V4_TYPES:
+            self._unknown(ev)
             return
-        self._surface(ev)
+        op = obj.get("surfaceOp", MISSING)
+        if kind in SURFACE_TYPES:
+            if op != "append":
+                self._surface_op(ev, op)
+        elif op is not MISSING:
+            self.add("error", "SURFACE", f"surfaceOp is not allowed on {kind}", ev.seq)
+        if "sourceEventSeqs" in obj:
+            self._source_seqs(ev, known=True)
         data = ev.data
-        if kind in OBJECT_DATA_TYPES and not isinstance(data, dict):
+        if type(data) is not dict and kind in OBJECT_DATA_TYPES:
             self.add("error", "EVENT_DATA", f"{kind} data is not an object", ev.seq)
             if kind not in ("turn/start", "turn/end"):
                 return
@@ -292,6 +296,18 @@ class Validator:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, ev, data)
+
+    def _unknown(self, ev: Event) -> None:
+        if ev.obj.get("ignorable") is True:
+            self._source_seqs(ev, known=False)
+            return
+        self.add(
+            "error",
+            "UNKNOWN_EVENT",
+            f"unknown event type {ev.type!r} without ignorable: true "
+            "(DSH refuses the whole log as written by a newer harness)",
+            ev.seq,
+        )
 
     def _envelope(self, ev: Event) -> None:
         obj = ev.obj
@@ -313,19 +329,13 @@ class Validator:
                 ev.seq,
             )
 
-    def _surface(self, ev: Event) -> None:
-        kind = ev.type
-        op = ev.obj.get("surfaceOp", MISSING)
-        if kind in SURFACE_TYPES:
-            if op is MISSING:
-                self.add("error", "SURFACE", f"{kind} without surfaceOp", ev.seq)
-            elif op != "append":
-                problem = _replace_problem(op, ev.seq)
-                if problem is not None:
-                    self.add("error", "SURFACE", f"{kind} surfaceOp {problem}", ev.seq)
-        elif op is not MISSING:
-            self.add("error", "SURFACE", f"surfaceOp is not allowed on {kind}", ev.seq)
-        self._source_seqs(ev, known=True)
+    def _surface_op(self, ev: Event, op: Any) -> None:
+        if op is MISSING:
+            self.add("error", "SURFACE", f"{ev.type} without surfaceOp", ev.seq)
+            return
+        problem = _replace_problem(op, ev.seq)
+        if problem is not None:
+            self.add("error", "SURFACE", f"{ev.type} surfaceOp {problem}", ev.seq)
 
     def _source_seqs(self, ev: Event, *, known: bool) -> None:
         stored = ev.obj.get("sourceEventSeqs", MISSING)
@@ -365,6 +375,7 @@ class Validator:
         self.calls = {}
 
     def _turn_end(self, ev: Event, data: dict[str, Any]) -> None:
+        self.turn_ends += 1
         number = nonneg_int(data.get("turn"))
         if self.open_turn is None:
             self._lifecycle("turn/end without an open turn", ev.seq)
@@ -431,19 +442,19 @@ class Validator:
         if self.open_turn is None:
             self._lifecycle(f"{ev.type} outside a turn", ev.seq)
             return False
-        if "turn" in data and nonneg_int(data["turn"]) != self.open_turn:
-            self._lifecycle(
-                f"{ev.type} names turn {data['turn']!r} inside turn {self.open_turn}", ev.seq
-            )
+        turn = data.get("turn", self.open_turn)
+        if (type(turn) is not int or turn != self.open_turn) and nonneg_int(turn) != self.open_turn:
+            self._lifecycle(f"{ev.type} names turn {turn!r} inside turn {self.open_turn}", ev.seq)
         if not step:
             return True
         if self.open_step is None:
             self._lifecycle(f"{ev.type} outside a step (turn {self.open_turn})", ev.seq)
             return False
-        if "step" in data and nonneg_int(data["step"]) != self.open_step:
-            self._lifecycle(
-                f"{ev.type} names step {data['step']!r} inside step {self.open_step}", ev.seq
-            )
+        number = data.get("step", self.open_step)
+        if (type(number) is not int or number != self.open_step) and nonneg_int(
+            number
+        ) != self.open_step:
+            self._lifecycle(f"{ev.type} names step {number!r} inside step {self.open_step}", ev.seq)
         return True
 
     def _step_bound(self, ev: Event, data: dict[str, Any]) -> None:
