@@ -13,7 +13,6 @@ agent plan).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from .layout import oplog_path as default_oplog_path
 from .model import Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
 from .records import encode_event, encode_header
+from .relink import RelinkSummary, fork_point, plan_new_fork, relink
 from .writer import Body, ensure_session_dir, publish
 
 TURN_TYPES = ("turn/start", "turn/end")
@@ -64,7 +64,7 @@ class ForkResult:
     frames_copied: int
     frames_reencoded: int
     dry_run: bool
-    agents: Any = None
+    agents: RelinkSummary | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -146,7 +146,9 @@ def fork(
 
     if dry_run:
         if agents:
-            result.agents = _plan_agents(root, facts, result, last_time)
+            point = fork_point(log, facts, header.id, -1 if boundary is None else boundary, 0)
+            result.agents = plan_new_fork(root, point)
+            result.warnings += result.agents.warnings
             _raise_if_partial(result)
         return result
 
@@ -180,7 +182,7 @@ def fork(
         assert published.lock is not None
         try:
             root.invalidate()
-            result.agents = _relink().relink(
+            result.agents = relink(
                 root,
                 session_dir,
                 lock=published.lock,
@@ -197,6 +199,7 @@ def fork(
             ) from error
         finally:
             published.lock.release()
+        result.warnings += result.agents.warnings
         _raise_if_partial(result)
     return result
 
@@ -319,63 +322,8 @@ def _fresh_id(root: Root, new_id: IdFactory) -> str:
 # -- subagents --------------------------------------------------------------------------------
 
 
-def _relink() -> Any:
-    """The relink library, imported when agents are copied (it lives in its own module)."""
-    return importlib.import_module("dsh_fork.relink")
-
-
-def _plan_agents(root: Root, facts: Facts, result: ForkResult, last_time: int | None) -> Any:
-    """The relink plan for a child that does not exist yet (dry run)."""
-    relink = _relink()
-    boundary = -1 if result.boundary is None else result.boundary
-    inherited = frozenset(
-        entry.child_id
-        for entry in facts.catalog
-        if entry.seq <= boundary and entry.child_id is not None
-    )
-    point = relink.ForkPoint(
-        parent_id=result.parent_session,
-        cut=result.inherited_events,
-        last_inherited_time=last_time,
-        inherited_catalog_ids=inherited,
-        depth=0,
-    )
-    return relink.plan_new_fork(root, point)
-
-
 def _raise_if_partial(result: ForkResult) -> None:
-    """Exit PARTIAL when the agent copy reports failed or uncatalogable items (§4.6)."""
-    summary = result.agents
-    if summary is None:
-        return
-    failed: list[dict[str, Any]] = [_item(item) for item in summary.failed]
-    failed += [
-        {
-            "id": item.get("id"),
-            "code": "UNCATALOGABLE",
-            "message": item.get("reason", "cannot be catalogued"),
-        }
-        for item in map(_as_dict, summary.uncatalogable)
-    ]
-    if failed:
-        raise Partial(
-            f"{len(failed)} subagent item(s) failed or could not be catalogued",
-            failed,
-            result.to_json(),
-        )
-
-
-def _as_dict(item: Any) -> dict[str, Any]:
-    if isinstance(item, dict):
-        return item
-    to_json = getattr(item, "to_json", None)
-    if callable(to_json):
-        value = to_json()
-        if isinstance(value, dict):
-            return value
-    return dict(vars(item))
-
-
-def _item(item: Any) -> dict[str, Any]:
-    data = _as_dict(item)
-    return {"id": data.get("id"), "code": data.get("code"), "message": data.get("message")}
+    """PARTIAL (exit 10) when the agent copy has failed or uncatalogable items (§3.1 step 10)."""
+    partial = None if result.agents is None else result.agents.partial()
+    if partial is not None:
+        raise Partial(partial.message, partial.failed, result.to_json())

@@ -1,0 +1,261 @@
+"""fork with its subagent tree (semantics §3.1 step 9, §3.3): relink runs in the same process,
+under the child's lock, and its failures make the fork PARTIAL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from conftest import log_events, log_header, run_cli, tree_listing
+
+from dsh_fork.discovery import Root, locate
+from dsh_fork.errors import Partial
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_spec_as
+from dsh_fork.fork import ForkResult, fork
+from dsh_fork.generations import CURRENT_NAME
+from dsh_fork.locking import probe
+from dsh_fork.validation import validate_dir
+
+CWD = "/home/u/proj"
+PARENT = "session-parent"
+
+
+def lib_fork(
+    root: Path,
+    source: str,
+    *,
+    at: int | None = None,
+    child_id: str | None = "child",
+    dry_run: bool = False,
+    agents: bool = True,
+    oplog: Path | None = None,
+) -> ForkResult:
+    located = locate(source, str(root))
+    return fork(
+        located.root,
+        located,
+        at=at,
+        child_id=child_id,
+        agents=agents,
+        dry_run=dry_run,
+        clock=Clock(1_800_000_000_000),
+        new_id=Ids(99),
+        oplog_path=oplog,
+    )
+
+
+def all_errors(root: Path) -> list[str]:
+    """Error findings of every session of the root."""
+    return [
+        f"{entry.id}: {f.code}: {f.message}"
+        for entry in Root(root).entries()
+        for f in validate_dir(entry.session_dir)
+        if f.severity == "error"
+    ]
+
+
+def own_catalog(path: Path) -> list[dict[str, Any]]:
+    events = log_events(path)
+    cut = max(e["seq"] for e in events if e["type"] == "session/end-seed")
+    return [e["data"] for e in events if e["type"] == "subagent/catalog" and e["seq"] >= cut]
+
+
+def child_spec(clock: Clock, child_id: str, *, label: str | None = "helper") -> SessionSpec:
+    spec = SessionSpec(
+        id=child_id, created_at=clock(), cwd=CWD, parent=PARENT, origin="subagent", depth=1
+    )
+    spec.descriptor(clock, label)
+    spec.turn(clock)
+    return spec
+
+
+def test_the_subagent_tree_is_copied_under_the_child(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=2, depth=2, turns=2, seed=1)
+    top = summary.top_level[0]
+    oplog = root.parent / "relink.log"
+    before = {e.id: e.session_dir for e in Root(root).entries()}
+
+    result = lib_fork(root, top, oplog=oplog)
+
+    assert result.agents is not None
+    copied = result.agents.to_json()["copied"]
+    assert len(copied) == 6
+    direct = [item for item in copied if item["parent"] == "child"]
+    assert [item["depth"] for item in direct] == [1, 1]
+    child_log = result.path or Path()
+    assert [fact["childId"] for fact in own_catalog(child_log)] == [i["copy"] for i in direct]
+    for item in copied:
+        copy_dir = Root(root).find(item["copy"])
+        header = log_header(copy_dir / CURRENT_NAME)
+        assert header["parentSession"] == item["parent"]
+        assert header["origin"] == "subagent"
+        assert header["delegationDepth"] == item["depth"]
+        assert probe(copy_dir) == "free"
+    assert probe(child_log.parent) == "free"
+    assert all_errors(root) == []
+    assert {e.id for e in Root(root).entries()} >= set(before)
+    messages = [orjson.loads(line)["message"] for line in oplog.read_bytes().splitlines()]
+    assert messages[0] == "copying subagent tree"
+    assert messages[-1] == "copied subagent tree"
+
+
+def test_children_spawned_after_the_boundary_are_unrelated(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=2, depth=1, turns=2, seed=1)
+    top = summary.top_level[0]
+    first_turn_end = 5  # the top session starts with turn 1 (seqs 0..5), then its catalog facts
+
+    result = lib_fork(root, top, at=first_turn_end)
+
+    assert result.agents is not None
+    as_json = result.agents.to_json()
+    assert as_json["copied"] == []
+    assert len(as_json["unrelated"]) == 2
+    assert own_catalog(result.path or Path()) == []
+
+
+def test_no_agents_copies_nothing(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=2, depth=1, turns=2, seed=1)
+    sessions = len(Root(root).entries())
+
+    result = lib_fork(root, summary.top_level[0], agents=False)
+
+    assert result.agents is None
+    assert result.to_json()["agents"] is None
+    assert len(Root(root).entries()) == sessions + 1
+
+
+def test_an_uncatalogable_copy_makes_the_fork_partial(root: Path, clock: Clock) -> None:
+    parent = SessionSpec(id=PARENT, created_at=clock(), cwd=CWD)
+    parent.turn(clock)
+    good = child_spec(clock, "session-good")
+    nameless = child_spec(clock, "session-nameless", label=None)
+    parent.catalog(clock, good, label="helper")
+    parent.turn(clock)
+    for spec in (parent, good, nameless):
+        spec.publish(root)
+
+    result = run_cli(
+        "--root", root, "fork", PARENT, "--id", "child", "--json", env={"DSH_HOME": ""}
+    )
+
+    assert result.exit_code == 10
+    error = result.json()["error"]
+    assert error["code"] == "PARTIAL"
+    assert error["message"] == "1 of 2 items failed"
+    assert len(error["failed"]) == 1
+    assert error["failed"][0]["code"] == "UNCATALOGABLE"
+    assert error["result"]["child"]["id"] == "child"
+    agents = error["result"]["agents"]
+    assert sorted(item["source"] for item in agents["copied"]) == [
+        "session-good",
+        "session-nameless",
+    ]
+    assert agents["uncatalogable"][0]["source"] == "session-nameless"
+    child_dir = Root(root).find("child")
+    assert [fact["childId"] for fact in own_catalog(child_dir / CURRENT_NAME)] == [
+        item["copy"] for item in agents["copied"] if item["source"] == "session-good"
+    ]
+    assert probe(child_dir) == "free"
+    assert (root.parent / "dsh-fork-relink.log").exists()
+
+
+def test_a_child_below_v4_is_a_failed_item_and_the_others_are_copied(
+    root: Path, clock: Clock
+) -> None:
+    parent = SessionSpec(id=PARENT, created_at=clock(), cwd=CWD)
+    parent.turn(clock)
+    good = child_spec(clock, "session-good")
+    old = child_spec(clock, "session-old")
+    parent.turn(clock)
+    parent.publish(root)
+    good.publish(root)
+    write_spec_as(old, root, 3)
+
+    with pytest.raises(Partial) as caught:
+        lib_fork(root, PARENT)
+
+    assert caught.value.failed == [
+        {
+            "id": "session-old",
+            "code": "UNSUPPORTED_FORMAT",
+            "message": caught.value.failed[0]["message"],
+        }
+    ]
+    assert "open the session once in DSH" in caught.value.failed[0]["message"]
+    result = caught.value.result
+    assert [item["source"] for item in result["agents"]["copied"]] == ["session-good"]
+    assert result["child"]["inheritedEvents"] == 12
+    assert Root(root).exists("child")
+
+
+def test_dry_run_plans_the_agents_and_writes_nothing(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=2, depth=2, turns=2, seed=1)
+    top = summary.top_level[0]
+    before = tree_listing(root)
+    oplog = root.parent / "dsh-fork-relink.log"
+
+    result = run_cli("--root", root, "fork", top, "--dry-run", "--json", env={"DSH_HOME": ""})
+
+    assert result.exit_code == 0
+    assert tree_listing(root) == before
+    assert not oplog.exists()
+    plan = result.json()
+    assert plan["dryRun"] is True
+    assert plan["child"]["id"] is None
+    planned = plan["agents"]["copied"]
+    assert [item["copy"] for item in planned] == [None] * 6
+
+    real = lib_fork(root, top, child_id=None)
+    assert real.agents is not None
+    done = real.agents.to_json()["copied"]
+    assert [(i["source"], i["depth"]) for i in done] == [(i["source"], i["depth"]) for i in planned]
+
+
+def test_dry_run_human_output_lists_the_agents_it_would_copy(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=2, depth=1, turns=2, seed=1)
+    top = summary.top_level[0]
+    children = [e.id for e in Root(root).children_of(top)]
+
+    result = run_cli("--root", root, "fork", top, "--dry-run", env={"DSH_HOME": ""})
+
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert "  agents: would copy 2, skipped 0, unrelated 0, uncatalogable 0, failed 0" in lines
+    assert [line for line in lines if line.startswith("  would copy ")] == [
+        f"  would copy {child} (depth 1)" for child in children
+    ]
+    assert lines[-1] == "Nothing was written."
+
+
+def test_human_output_of_a_fork_with_agents(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=1, depth=1, turns=2, seed=1)
+    top = summary.top_level[0]
+    (source_child,) = [e.id for e in Root(root).children_of(top)]
+
+    result = run_cli("--root", root, "fork", top, "--id", "child", env={"DSH_HOME": ""})
+
+    assert result.exit_code == 0
+    (copy,) = [e.id for e in Root(root).children_of("child")]
+    lines = result.stdout.splitlines()
+    assert "  agents: copied 1, skipped 0, unrelated 0, uncatalogable 0, failed 0" in lines
+    assert lines[-1] == f"  copied {source_child} as {copy} (depth 1)"
+
+
+def test_a_running_child_is_skipped_and_the_fork_succeeds(
+    root: Path, clock: Clock, hold_lock: Any
+) -> None:
+    parent = SessionSpec(id=PARENT, created_at=clock(), cwd=CWD)
+    parent.turn(clock)
+    busy = child_spec(clock, "session-busy")
+    parent.turn(clock)
+    parent.publish(root)
+    holder = hold_lock(busy.publish(root))
+
+    result = lib_fork(root, PARENT)
+
+    assert result.agents is not None
+    assert result.agents.to_json()["skipped"] == [{"id": "session-busy", "reason": "running"}]
+    holder.release()
