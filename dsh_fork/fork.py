@@ -34,6 +34,7 @@ from .generations import CURRENT_NAME, SUPPORTED_VERSION
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import encode_segment, project_dir_name
 from .layout import oplog_path as default_oplog_path
+from .locking import SessionLock
 from .model import Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
 from .records import encode_event, encode_header
@@ -114,24 +115,23 @@ def fork(
 
     types = [PRESET_TYPE, CATALOG_TYPE] if dry_run and agents else [PRESET_TYPE]
     log = open_log(generation, collect=types)
-    header = log.header
-    facts = derive(header, log.event_count, log.collected)
+    facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
-    verbatim, cut_lines = log.prefix(-1 if boundary is None else boundary)
-    last_time = None if boundary is None else _time_of(log, boundary)
-
-    project_dir = root.path / project_dir_name(header.cwd)
+    last = -1 if boundary is None else boundary
+    verbatim, cut_lines = log.prefix(last)
+    boundary_time = None if boundary is None else _time_of(log, boundary)
     if child_id is None and not dry_run:
         child_id = _fresh_id(root, new_id)
+    project_dir = root.path / project_dir_name(log.header.cwd)
     result = ForkResult(
         child_id=child_id,
         path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
         project_dir=project_dir,
-        parent_session=header.id,
+        parent_session=log.header.id,
         source_path=generation.path,
         boundary=boundary,
-        inherited_events=0 if boundary is None else boundary + 1,
-        agent_preset=facts.preset_at(-1 if boundary is None else boundary),
+        inherited_events=last + 1,
+        agent_preset=facts.preset_at(last),
         created_at=None,
         frames_copied=len(verbatim),
         frames_reencoded=1 if cut_lines else 0,
@@ -143,65 +143,49 @@ def fork(
             f"the source has a torn tail ({log.torn.size} bytes at offset {log.torn.offset}); "
             "only its complete frames are forked"
         )
-
     if dry_run:
         if agents:
-            point = fork_point(log, facts, header.id, -1 if boundary is None else boundary, 0)
-            result.agents = plan_new_fork(root, point)
-            result.warnings += result.agents.warnings
-            _raise_if_partial(result)
+            _set_agents(result, plan_new_fork(root, fork_point(log, facts, log.header.id, last, 0)))
         return result
 
     assert child_id is not None
-    created_at = clock()
-    result.created_at = created_at
-    marker = encode_event(
-        MARKER_TYPE,
-        result.inherited_events,
-        created_at if last_time is None else last_time,
-        {"inherited": True},
-    )
-    header_line = encode_header(
-        session_id=child_id,
-        created_at=created_at,
-        cwd=header.cwd,
-        parent_session=header.id,
-        is_seeded=True,
-        origin=None,
-        delegation_depth=0,
-        agent_preset=result.agent_preset,
-    )
-    session_dir = ensure_session_dir(
-        root.path, project_dir_name(header.cwd), encode_segment(child_id)
-    )
+    result.created_at = clock()
+    marker_time = result.created_at if boundary_time is None else boundary_time
+    body = Body(frames=verbatim, tail=cut_lines + _marker(last + 1, marker_time))
     published = publish(
-        session_dir, header_line, Body(frames=verbatim, tail=cut_lines + marker), keep_lock=agents
+        ensure_session_dir(root.path, project_dir.name, encode_segment(child_id)),
+        _child_header(log, result),
+        body,
+        keep_lock=agents,
     )
     result.path = published.path
     if agents:
         assert published.lock is not None
         try:
-            root.invalidate()
-            result.agents = relink(
-                root,
-                session_dir,
-                lock=published.lock,
-                oplog_path=oplog_path,
-                clock=clock,
-                new_id=new_id,
-            )
-        except DshForkError as error:
-            raise Partial(
-                f"forked {child_id}, but copying its subagents failed: {error.message}; "
-                f"run `dsh-fork relink {child_id}` to finish",
-                [{"id": child_id, "code": error.code, "message": error.message}],
-                result.to_json(),
-            ) from error
+            _copy_agents(root, result, published.lock, oplog_path, clock, new_id)
         finally:
             published.lock.release()
-        result.warnings += result.agents.warnings
-        _raise_if_partial(result)
     return result
+
+
+def _child_header(log: SessionLog, result: ForkResult) -> bytes:
+    """The v4 header of a fork child (semantics §1.4): seeded, depth 0, no origin."""
+    assert result.child_id is not None and result.created_at is not None
+    return encode_header(
+        session_id=result.child_id,
+        created_at=result.created_at,
+        cwd=log.header.cwd,
+        parent_session=log.header.id,
+        is_seeded=True,
+        origin=None,
+        delegation_depth=0,
+        agent_preset=result.agent_preset,
+    )
+
+
+def _marker(seq: int, time: int) -> bytes:
+    """The child's own tagged end-seed: its cut (format §7.4, §10.3)."""
+    return encode_event(MARKER_TYPE, seq, time, {"inherited": True})
 
 
 def fork_session(
@@ -322,8 +306,36 @@ def _fresh_id(root: Root, new_id: IdFactory) -> str:
 # -- subagents --------------------------------------------------------------------------------
 
 
-def _raise_if_partial(result: ForkResult) -> None:
-    """PARTIAL (exit 10) when the agent copy has failed or uncatalogable items (§3.1 step 10)."""
-    partial = None if result.agents is None else result.agents.partial()
+def _copy_agents(
+    root: Root,
+    result: ForkResult,
+    lock: SessionLock,
+    oplog_path: Path | None,
+    clock: ClockMs,
+    new_id: IdFactory,
+) -> None:
+    """relink with C = the new child, under the lock its publication took (§3.1 step 9)."""
+    child_id = result.child_id
+    assert child_id is not None and result.path is not None
+    try:
+        root.invalidate()
+        summary = relink(
+            root, result.path.parent, lock=lock, oplog_path=oplog_path, clock=clock, new_id=new_id
+        )
+    except DshForkError as error:
+        raise Partial(
+            f"forked {child_id}, but copying its subagents failed: {error.message}; "
+            f"run `dsh-fork relink {child_id}` to finish",
+            [{"id": child_id, "code": error.code, "message": error.message}],
+            result.to_json(),
+        ) from error
+    _set_agents(result, summary)
+
+
+def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:
+    """Attach the relink summary; PARTIAL (exit 10) when it has failed or uncatalogable items."""
+    result.agents = summary
+    result.warnings += summary.warnings
+    partial = summary.partial()
     if partial is not None:
         raise Partial(partial.message, partial.failed, result.to_json())
