@@ -155,7 +155,7 @@ class SessionLog:
                 if wanted is None or ev.type in wanted:
                     yield ev
             return
-        tokens = None if wanted is None else [f'"{t}"'.encode() for t in wanted]
+        tokens = None if wanted is None else type_tokens(wanted)
         where = self.where
         for index, chunk in enumerate(self.chunks):
             if tokens is None:
@@ -183,7 +183,7 @@ class SessionLog:
             return None
         if through < 0 or not self.chunks:
             return None
-        tokens = [f'"{t}"'.encode() for t in wanted]
+        tokens = type_tokens(wanted)
         for index in range(self._chunk_of(min(through, self.event_count - 1)), -1, -1):
             first = self.chunks[index].first_seq
             hits = list(_matching_lines(self._chunk_plaintext(index), tokens))
@@ -229,6 +229,22 @@ class SessionLog:
             tail = b"".join(line + b"\n" for line in lines)
             break
         return verbatim, tail
+
+
+def type_tokens(types: Iterable[str]) -> list[bytes]:
+    """The byte strings a line holding an event of one of ``types`` must contain.
+
+    A type is found as its quoted name, as JSON.stringify and orjson write it, or with ``\\/``
+    for ``/``, the one escape other JSON writers commonly add (PHP does by default). Rarer
+    spellings (``\\u`` escapes of plain ASCII) are not searched for.
+    """
+    tokens: list[bytes] = []
+    for name in types:
+        quoted = f'"{name}"'.encode()
+        tokens.append(quoted)
+        if b"/" in quoted:
+            tokens.append(quoted.replace(b"/", b"\\/"))
+    return tokens
 
 
 def _matching_lines(plaintext: bytes, tokens: list[bytes]) -> Iterator[tuple[int, bytes]]:
@@ -366,7 +382,7 @@ def _index_zstd(
         _expand_all(log, b"".join(bodies), where)
         log.collected = [ev for ev in log._expanded or () if ev.type in wanted]
         return log
-    tokens = [f'"{t}"'.encode() for t in wanted]
+    tokens = type_tokens(wanted)
     seq = 0
     for i, frame in enumerate(scan.frames[1:]):
         plaintext = zframes.decode(data, frame, i + 1)
@@ -392,12 +408,21 @@ def _index_zstd(
 
 
 def _check_edges(plaintext: bytes, first_seq: int, count: int, where: str) -> None:
-    """Parse the first and last line of a frame: seq density is checked at every frame edge."""
-    first_end = plaintext.find(b"\n")
-    parse_event(plaintext[:first_end], first_seq, where=where)
-    if count > 1:
-        last_start = plaintext.rfind(b"\n", 0, len(plaintext) - 1) + 1
-        parse_event(plaintext[last_start:-1], first_seq + count - 1, where=where)
+    """Parse the first and last line of a frame: seq density is checked at every frame edge.
+
+    When an edge is wrong, the frame's lines are parsed in order so that the error names the
+    first bad line rather than the edge where the damage became visible.
+    """
+    try:
+        first_end = plaintext.find(b"\n")
+        parse_event(plaintext[:first_end], first_seq, where=where)
+        if count > 1:
+            last_start = plaintext.rfind(b"\n", 0, len(plaintext) - 1) + 1
+            parse_event(plaintext[last_start:-1], first_seq + count - 1, where=where)
+    except CorruptLog:
+        for seq, line in enumerate(plaintext[:-1].split(b"\n"), first_seq):
+            parse_event(line, seq, where=where)
+        raise
 
 
 def _index_plain(generation: Generation, data: bytes, identity: Identity) -> SessionLog:

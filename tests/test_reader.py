@@ -1,0 +1,499 @@
+"""Reading one log (format §13): seq density, stable reads, selective parsing, random access,
+prefixes, plain and older generations, torn tails."""
+
+from __future__ import annotations
+
+import builtins
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import IO, Any
+
+import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis profile)
+import orjson
+import pytest
+import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_fork import frames as zframes
+from dsh_fork import reader
+from dsh_fork.errors import CorruptLog, SessionStale, UnsupportedFormat
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
+from dsh_fork.generations import Generation, list_generations
+from dsh_fork.model import MODEL_TYPES
+from dsh_fork.reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
+
+
+def stored_lines(log: SessionLog) -> list[bytes]:
+    """The stored bytes of every event, each with its 0x0A."""
+    out = []
+    for event in log.events():
+        assert event.raw is not None
+        out.append(event.raw + b"\n")
+    return out
+
+
+def current(session_dir: Path) -> Generation:
+    return list_generations(session_dir)[-1]
+
+
+def ev(seq: int, event_type: str = "session/title", data: Any = None) -> bytes:
+    body = {"title": f"t{seq}", "messageSeqs": []} if data is None else data
+    return orjson.dumps({"type": event_type, "seq": seq, "time": 100 + seq, "data": body}) + b"\n"
+
+
+def framed_spec(
+    root: Path, clock: Clock, batches: list[int], **kw: Any
+) -> tuple[Path, SessionSpec]:
+    """A published session whose body frames hold ``batches[i]`` title events each."""
+    spec = SessionSpec(id=kw.pop("id", "s"), created_at=clock(), **kw)
+    for size in batches:
+        for _ in range(size):
+            spec.title(clock, f"title {spec.seq}")
+        spec.flush()
+    return spec.publish(root), spec
+
+
+def write_raw_log(root: Path, bodies: list[bytes]) -> Generation:
+    spec = SessionSpec(id="raw", created_at=1)
+    path = root / "--fixture-project--" / "raw" / "session.v4.jsonl.zstd"
+    write_log_file(path, spec.header_line(), bodies)
+    return Generation(path, 4, "zstd")
+
+
+def block_frame(lines: list[bytes]) -> bytes:
+    """One checksummed frame with one zstd block per line: a cut after a block leaves
+    complete, recoverable lines in the torn frame."""
+    compressor = zstandard.ZstdCompressor(write_checksum=True).compressobj()
+    parts = []
+    for line in lines:
+        parts.append(compressor.compress(line))
+        parts.append(compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
+# -- seqs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bodies", "message"),
+    [
+        ([ev(0) + ev(1) + ev(3)], "seq 3 where 2 was expected"),
+        ([ev(0) + ev(1), ev(3) + ev(4)], "seq 3 where 2 was expected"),
+        ([ev(0) + ev(1), ev(1) + ev(2)], "seq 1 where 2 was expected"),
+        ([ev(1)], "seq 1 where 0 was expected"),
+    ],
+    ids=["gap-in-frame", "gap-across-frames", "repeat-across-frames", "not-from-zero"],
+)
+def test_a_seq_gap_is_corrupt(root: Path, bodies: list[bytes], message: str) -> None:
+    with pytest.raises(CorruptLog, match=message):
+        open_log(write_raw_log(root, bodies))
+
+
+def test_a_seq_gap_before_a_later_turn_end_is_corrupt(root: Path) -> None:
+    """DSH would drop a bad suffix only when no turn/end follows; dsh-fork always refuses."""
+    turn = [
+        ev(0, "turn/start", {"turn": 1}),
+        ev(2, "user/message", {"x": 1}),
+        ev(3, "turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
+    ]
+    with pytest.raises(CorruptLog, match="seq 2 where 1 was expected"):
+        open_log(write_raw_log(root, [b"".join(turn)]))
+
+
+def test_a_header_only_log_has_no_events(root: Path, clock: Clock) -> None:
+    session_dir, _ = framed_spec(root, clock, [])
+    log = open_log(current(session_dir))
+    assert (log.event_count, log.chunks, log.torn) == (0, [], None)
+    assert list(log.events()) == []
+    assert log.prefix(-1) == ([], b"")
+
+
+# -- stable read ----------------------------------------------------------------------------
+
+
+APPENDER = textwrap.dedent(
+    """
+    import os, sys
+    path = sys.argv[1]
+    for request in sys.stdin:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, bytes.fromhex(request.strip()))
+        os.fsync(fd)
+        os.close(fd)
+        sys.stdout.write("appended\\n")
+        sys.stdout.flush()
+    """
+)
+
+
+class Appender:
+    """A separate writer process that appends one frame to a log whenever it is asked."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", APPENDER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def append(self, frame: bytes) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(frame.hex() + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline() == "appended\n"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+def appending_during_reads(
+    monkeypatch: pytest.MonkeyPatch, appender: Appender, frames: list[bytes]
+) -> list[int]:
+    """Make the next ``len(frames)`` reads of a log race with the appender: each read opens
+    the file, the other process appends a frame, then the read goes on."""
+    pending = list(frames)
+    opened: list[int] = []
+
+    def racing_open(path: Path, mode: str = "r") -> IO[Any]:
+        handle: IO[Any] = builtins.open(path, mode)  # noqa: SIM115  (returned to the reader)
+        opened.append(1)
+        if pending:
+            appender.append(pending.pop(0))
+        return handle
+
+    monkeypatch.setattr(reader, "open", racing_open, raising=False)
+    return opened
+
+
+def test_a_log_that_changes_once_is_read_again(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_dir, _ = framed_spec(root, clock, [2, 2])
+    gen = current(session_dir)
+    appender = Appender(gen.path)
+    try:
+        opened = appending_during_reads(monkeypatch, appender, [zframes.encode(ev(4) + ev(5))])
+        log = open_log(gen)
+    finally:
+        appender.close()
+    assert len(opened) == 2
+    assert log.event_count == 6  # the retry read what the writer had appended
+    assert log.identity[2] == gen.path.stat().st_size
+
+
+def test_a_log_that_keeps_changing_is_stale(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_dir, _ = framed_spec(root, clock, [2, 2])
+    gen = current(session_dir)
+    appender = Appender(gen.path)
+    try:
+        frames = [zframes.encode(ev(4)), zframes.encode(ev(5))]
+        opened = appending_during_reads(monkeypatch, appender, frames)
+        with pytest.raises(SessionStale, match="changed while it was being read") as caught:
+            open_log(gen)
+    finally:
+        appender.close()
+    assert len(opened) == 2
+    assert caught.value.exit_code == 7
+    assert caught.value.details == {"path": str(gen.path)}
+
+
+def test_a_new_generation_appearing_during_the_read_is_stale(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = SessionSpec(id="old", created_at=clock())
+    spec.turn(clock)
+    v3 = write_spec_as(spec, root, 3)
+    gen = Generation(v3, 3, "zstd")
+
+    def migrating_open(path: Path, mode: str = "r") -> IO[Any]:
+        handle: IO[Any] = builtins.open(path, mode)  # noqa: SIM115  (returned to the reader)
+        (v3.parent / "session.v4.jsonl.zstd").write_bytes(v3.read_bytes())
+        return handle
+
+    monkeypatch.setattr(reader, "open", migrating_open, raising=False)
+    with pytest.raises(SessionStale, match="its generations changed while being read"):
+        open_log(gen)
+
+
+def test_a_log_that_disappears_is_stale(root: Path, clock: Clock) -> None:
+    session_dir, _ = framed_spec(root, clock, [1])
+    gen = current(session_dir)
+    gen.path.unlink()
+    with pytest.raises(SessionStale, match="disappeared"):
+        open_log(gen)
+
+
+# -- selective parsing ----------------------------------------------------------------------
+
+TYPE_NAMES = [*sorted(MODEL_TYPES), "user/message", "tool/result", "x/unknown"]
+
+
+@st.composite
+def mentioning_logs(draw: st.DrawFn) -> list[tuple[str, Any, bool]]:
+    """Events whose data mentions event type names in every position JSON allows; some are
+    written by a writer that escapes ``/`` as ``\\/``."""
+    events = []
+    for _ in range(draw(st.integers(0, 25))):
+        event_type = draw(st.sampled_from(TYPE_NAMES))
+        mention = draw(st.sampled_from(TYPE_NAMES))
+        data = draw(
+            st.sampled_from(
+                [
+                    mention,
+                    {"text": f'he said "{mention}" twice: "{mention}"'},
+                    {mention: mention},
+                    {"type": mention, "nested": [{"type": mention}]},
+                    [mention, {"seq": 1, "type": mention}],
+                    {"text": draw(st.text(max_size=20))},
+                ]
+            )
+        )
+        events.append((event_type, data, draw(st.booleans())))
+    return events
+
+
+@given(events=mentioning_logs(), wanted=st.sets(st.sampled_from(TYPE_NAMES)), cuts=st.data())
+def test_collect_finds_exactly_the_events_of_a_full_parse(
+    tmp_path_factory: pytest.TempPathFactory,
+    events: list[tuple[str, Any, bool]],
+    wanted: set[str],
+    cuts: st.DataObject,
+) -> None:
+    root = tmp_path_factory.mktemp("collect")
+    spec = SessionSpec(id="mentions", created_at=1)
+    for event_type, data, escape_slashes in events:
+        line = orjson.dumps({"type": event_type, "seq": spec.seq, "time": 5, "data": data})
+        spec.add_raw(line.replace(b"/", b"\\/") if escape_slashes else line)
+        if cuts.draw(st.booleans(), label="flush"):
+            spec.flush()
+    gen = current(spec.publish(root))
+    full = [e for e in open_log(gen).events() if e.type in wanted]
+    selective = open_log(gen, collect=wanted)
+    assert [e.raw for e in selective.collected] == [e.raw for e in full]
+    assert [e.raw for e in selective.events(wanted)] == [e.raw for e in full]
+    assert [(e.seq, e.type, e.data) for e in selective.collected] == [
+        (e.seq, e.type, e.data) for e in full
+    ]
+
+
+def test_collect_on_a_plain_log(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="plain", created_at=clock())
+    spec.turn(clock, 'the text says "turn/end"')
+    path = write_spec_as(spec, root, 4, encoding="plain")
+    log = open_log(Generation(path, 4, "plain"), collect=["turn/end", "turn/start"])
+    assert [e.type for e in log.collected] == ["turn/start", "turn/end"]
+
+
+# -- random access and prefixes -------------------------------------------------------------
+
+
+def test_event_by_seq_matches_the_full_iteration(root: Path, clock: Clock) -> None:
+    session_dir, _ = framed_spec(root, clock, [1, 3, 2, 4])
+    log = open_log(current(session_dir))
+    everything = list(log.events())
+    for seq in reversed(range(log.event_count)):
+        assert log.event(seq).raw == everything[seq].raw
+        assert log.event(seq).seq == seq
+    for bad in (-1, log.event_count):
+        with pytest.raises(IndexError):
+            log.event(bad)
+
+
+def test_raw_lines_between_two_seqs(root: Path, clock: Clock) -> None:
+    session_dir, spec = framed_spec(root, clock, [1, 3, 2, 4])
+    log = open_log(current(session_dir))
+    for first in range(10):
+        for last in range(first, 10):
+            got = [line + b"\n" for line in log.raw_lines(first, last)]
+            assert got == spec.lines[first : last + 1]
+
+
+def decoded(frames: list[bytes]) -> bytes:
+    data = b"".join(frames)
+    return b"".join(zframes.decode(data, f) for f in zframes.scan(data).frames)
+
+
+def test_prefix_returns_verbatim_frames_and_the_cut_frame_lines(root: Path, clock: Clock) -> None:
+    session_dir, spec = framed_spec(root, clock, [1, 3, 2, 4])
+    log = open_log(current(session_dir))
+    frames = zframes.scan(log.data).frames[1:]
+    ends = [0, 3, 5, 9]  # last seq of each frame
+    for last in range(-1, log.event_count):
+        verbatim, tail = log.prefix(last)
+        whole = sum(1 for end in ends if end <= last)
+        assert verbatim == [log.data[f.start : f.end] for f in frames[:whole]]
+        assert decoded(verbatim) + tail == b"".join(spec.lines[: last + 1])
+        if last == -1 or last in ends:
+            assert tail == b""
+        else:
+            first_of_cut = ends[whole - 1] + 1 if whole else 0
+            assert tail == b"".join(spec.lines[first_of_cut : last + 1])
+
+
+# -- plain roots and older generations ------------------------------------------------------
+
+
+def test_a_plain_log_is_readable_and_its_torn_line_reported(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="plain", created_at=clock())
+    spec.turn(clock)
+    path = write_spec_as(spec, root, 4, encoding="plain")
+    assert path.name == "session.v4.jsonl"
+    gen = Generation(path, 4, "plain")
+    log = open_log(gen)
+    assert stored_lines(log) == spec.lines
+    assert log.event(2).raw == spec.lines[2][:-1]
+    assert log.torn is None
+    size = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(b'{"type":"turn/start","seq":')
+    torn = open_log(gen)
+    assert torn.event_count == len(spec.lines)
+    assert torn.torn is not None
+    assert (torn.torn.offset, torn.torn.size, torn.torn.recovered) == (size, 27, ())
+    assert read_header(gen).id == "plain"
+
+
+def test_a_plain_log_with_a_bad_line_is_corrupt(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="plain", created_at=clock())
+    spec.turn(clock)
+    spec.add_raw(b"{not json")
+    spec.add("session/title", clock(), {"title": "t", "messageSeqs": []})
+    path = write_spec_as(spec, root, 4, encoding="plain")
+    with pytest.raises(CorruptLog, match="is not JSON"):
+        open_log(Generation(path, 4, "plain"))
+
+
+@pytest.mark.parametrize(("version", "encoding"), [(2, "zstd"), (3, "zstd"), (3, "plain")])
+def test_v2_and_v3_logs_are_readable(root: Path, clock: Clock, version: int, encoding: str) -> None:
+    spec = SessionSpec(id=f"v{version}", created_at=clock())
+    spec.turn(clock)
+    spec.flush()
+    spec.turn(clock)
+    path = write_spec_as(spec, root, version, encoding=encoding)
+    log = open_log(Generation(path, version, "zstd" if encoding == "zstd" else "plain"))
+    assert log.header.version == version
+    assert stored_lines(log) == spec.lines
+
+
+def test_v0_prefix_and_raw_lines_are_refused(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="v0", created_at=clock())
+    spec.turn(clock)
+    path = write_spec_as(spec, root, 0)
+    log = open_log(Generation(path, 0, "zstd"))
+    assert log.event_count == len(spec.lines)
+    with pytest.raises(UnsupportedFormat):
+        log.prefix(1)
+    with pytest.raises(UnsupportedFormat):
+        list(log.raw_lines(0, 1))
+
+
+@pytest.mark.parametrize(("seed_length", "ok"), [(6, True), (7, False)])
+def test_v0_seed_length_must_not_exceed_the_events(
+    root: Path, clock: Clock, seed_length: int, ok: bool
+) -> None:
+    spec = SessionSpec(id="v0", created_at=clock())
+    spec.turn(clock)
+    fields = orjson.loads(spec.header_line())
+    fields.update(version=0, seedLength=seed_length, parentSession="p")
+    del fields["isSeeded"]
+    path = write_log_file(
+        root / "p" / "v0" / "session.jsonl.zstd", orjson.dumps(fields), spec.lines
+    )
+    if ok:
+        assert open_log(Generation(path, 0, "zstd")).header.seed_length == 6
+    else:
+        with pytest.raises(CorruptLog, match="seedLength 7 exceeds the 6 events"):
+            open_log(Generation(path, 0, "zstd"))
+
+
+def test_a_future_generation_is_refused_before_reading(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="future", created_at=clock())
+    path = write_spec_as(spec, root, 9)
+    gen = Generation(path, 9, "zstd")
+    for call in (open_log, read_header):
+        with pytest.raises(UnsupportedFormat, match="generation v9 is newer than v4"):
+            call(gen)
+    assert peek_fields(gen) == {**orjson.loads(spec.header_line()), "version": 9}
+
+
+# -- headers only ---------------------------------------------------------------------------
+
+
+def test_read_header_reads_only_the_first_frame(root: Path, clock: Clock) -> None:
+    session_dir, spec = framed_spec(root, clock, [2])
+    gen = current(session_dir)
+    with gen.path.open("ab") as handle:
+        handle.write(b"garbage after the committed frames")
+    assert read_header(gen).raw + b"\n" == spec.header_line()
+    with pytest.raises(CorruptLog):
+        open_log(gen)
+
+
+def test_read_header_of_a_large_header_frame(root: Path) -> None:
+    spec = SessionSpec(id="big", created_at=1, agent_preset="p" * 100_000)
+    gen = current(spec.publish(root))
+    assert read_header(gen).agent_preset == "p" * 100_000
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"\x28\xb5\x2f", b"not zstd at all"], ids=["empty", "torn", "garbage"]
+)
+def test_read_header_without_a_complete_header_is_corrupt(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "session.v4.jsonl.zstd"
+    path.write_bytes(data)
+    with pytest.raises(CorruptLog):
+        read_header(Generation(path, 4, "zstd"))
+    assert peek_fields(Generation(path, 4, "zstd")) is None
+
+
+# -- torn tails -----------------------------------------------------------------------------
+
+
+def torn_log(root: Path, clock: Clock, torn_lines: list[bytes], keep_blocks: int) -> SessionLog:
+    """Two committed frames (seqs 0..2), then a frame of one block per line, cut after
+    ``keep_blocks`` blocks."""
+    session_dir, _ = framed_spec(root, clock, [2, 1])
+    gen = current(session_dir)
+    frame = block_frame(torn_lines)
+    cuts = [len(block_frame(torn_lines[:k])) - 4 for k in range(1, len(torn_lines) + 1)]
+    # A frame of k blocks ends in a 3-byte empty last block and a checksum; cutting the
+    # complete frame just before those leaves k whole blocks.
+    cut = cuts[keep_blocks - 1] - 3 if keep_blocks else 10
+    with gen.path.open("ab") as handle:
+        handle.write(frame[:cut])
+    return open_log(gen)
+
+
+def test_recovered_lines_of_a_torn_tail_are_counted(root: Path, clock: Clock) -> None:
+    lines = [ev(3), ev(4), ev(5)]
+    log = torn_log(root, clock, lines, 2)
+    assert log.event_count == 3
+    assert log.torn is not None
+    assert log.torn.recovered == (ev(3)[:-1], ev(4)[:-1])
+    assert parse_recovered(log) == [ev(3)[:-1], ev(4)[:-1]]
+
+
+def test_recovered_lines_stop_where_the_seqs_do_not_continue(root: Path, clock: Clock) -> None:
+    log = torn_log(root, clock, [ev(3), ev(7), ev(5)], 3)
+    assert log.torn is not None and len(log.torn.recovered) == 3
+    assert parse_recovered(log) == [ev(3)[:-1]]
+    log = torn_log(root / "b", clock, [b"{broken\n", ev(3)], 2)
+    assert parse_recovered(log) == []
+    log = torn_log(root / "c", clock, [ev(3).replace(b'"seq":3', b'"seq":true')], 1)
+    assert parse_recovered(log) == []
+
+
+def test_a_torn_tail_without_a_complete_block_recovers_nothing(root: Path, clock: Clock) -> None:
+    log = torn_log(root, clock, [ev(3)], 0)
+    assert log.torn is not None
+    assert (log.torn.size, log.torn.recovered) == (10, ())
+    assert parse_recovered(log) == []
