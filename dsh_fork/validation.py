@@ -225,6 +225,8 @@ class Validator:
     open_step: int | None = None
     next_step: int = 1
     calls: dict[str, _Call] = field(default_factory=dict)
+    pending: int = 0
+    """How many advertised calls of the open turn have no result yet."""
     compaction_open: int | None = None
     commands_run: set[str] = field(default_factory=set)
     commands_done: set[str] = field(default_factory=set)
@@ -261,18 +263,19 @@ class Validator:
 
     def feed(self, ev: Event) -> None:
         """Check one event; the common, valid case costs a handful of dict lookups."""
-        self.events += 1
         kind = ev.type
         obj = ev.obj
-        if ev.raw is not None and (  # packed-row members (v0/v1) have no envelope of their own
-            not obj.keys() <= ENVELOPE_KEYS
+        if (
+            # four keys with time and data present can only be type, seq, time, data
+            (len(obj) != 4 and not obj.keys() <= ENVELOPE_KEYS)
             or ev.time is None
             or ev.data is MISSING
             or ev.lenient
             or ("ignorable" in obj and obj["ignorable"] is not True)
-        ):
+        ) and ev.raw is not None:  # packed-row members (v0/v1) have no envelope of their own
             self._envelope(ev)
         if not self.full:
+            self.events += 1
             if kind == "turn/end":
                 self.turn_ends += 1
             return
@@ -373,6 +376,7 @@ class Validator:
         self.open_step = None
         self.next_step = 1
         self.calls = {}
+        self.pending = 0
 
     def _turn_end(self, ev: Event, data: dict[str, Any]) -> None:
         self.turn_ends += 1
@@ -393,14 +397,17 @@ class Validator:
         self.open_turn_seq = None
         self.open_step = None
         self.calls = {}
+        self.pending = 0
 
     def _step_start(self, ev: Event, data: dict[str, Any]) -> None:
         if self.open_turn is None:
             self._lifecycle("step/start without an open turn", ev.seq)
             return
-        turn = nonneg_int(data.get("turn"))
-        step = nonneg_int(data.get("step"))
-        if turn != self.open_turn:
+        turn = data.get("turn")
+        step = data.get("step")
+        if type(step) is not int:
+            step = nonneg_int(step)
+        if turn != self.open_turn or type(turn) is not int:
             self._lifecycle(
                 f"step/start names turn {data.get('turn')!r} inside turn {self.open_turn}", ev.seq
             )
@@ -417,9 +424,14 @@ class Validator:
         if self.open_step is None:
             self._lifecycle("step/end without an open step", ev.seq)
             return
-        turn = nonneg_int(data.get("turn"))
-        step = nonneg_int(data.get("step"))
-        if (turn, step) != (self.open_turn, self.open_step):
+        turn = data.get("turn")
+        step = data.get("step")
+        if (
+            turn != self.open_turn
+            or step != self.open_step
+            or type(turn) is not int
+            or type(step) is not int
+        ) and (nonneg_int(turn), nonneg_int(step)) != (self.open_turn, self.open_step):
             self._lifecycle(
                 f"step/end for turn {data.get('turn')!r} step {data.get('step')!r} while "
                 f"turn {self.open_turn} step {self.open_step} is open",
@@ -429,9 +441,9 @@ class Validator:
         self.open_step = None
 
     def _unresolved_check(self, what: str, seq: int) -> None:
-        pending = self.unresolved()
-        if pending:
-            self._lifecycle(f"{what} with unresolved tool calls: {', '.join(pending)}", seq)
+        if self.pending:
+            pending = ", ".join(self.unresolved())
+            self._lifecycle(f"{what} with unresolved tool calls: {pending}", seq)
 
     def unresolved(self) -> list[str]:
         """Advertised calls of the open turn without a result."""
@@ -470,11 +482,12 @@ class Validator:
             return
         if ev.obj.get("surfaceOp") != "append":
             return
-        content = _dig(data, "message", "content")
-        if not isinstance(content, list):
+        message = data.get("message")
+        content = message.get("content") if type(message) is dict else None
+        if type(content) is not list:
             return
         for block in content:
-            if not isinstance(block, dict) or block.get("type") != "tool-call":
+            if type(block) is not dict or block.get("type") != "tool-call":
                 continue
             call_id = block.get("id")
             if not isinstance(call_id, str) or not call_id:
@@ -484,6 +497,7 @@ class Validator:
                 self._lifecycle(f"tool call {call_id} advertised twice in one turn", ev.seq)
                 continue
             self.calls[call_id] = _Call(block.get("name"), block.get("arguments"))
+            self.pending += 1
 
     def _tool_call(self, ev: Event, data: dict[str, Any]) -> None:
         if not self._bound(ev, data, step=True):
@@ -493,18 +507,22 @@ class Validator:
         if call is None:
             self._lifecycle(f"tool/call {call_id!r} was not advertised in this turn", ev.seq)
             return
+        name, arguments = data.get("name"), data.get("arguments")
         if call.started:
             self._lifecycle(f"tool/call {call_id} started twice", ev.seq)
-        elif not _same_value(call.name, data.get("name")) or not _same_value(
-            call.arguments, data.get("arguments")
-        ):
+        elif not (  # plain strings, the usual case, compare without a call
+            type(name) is str
+            and type(arguments) is str
+            and name == call.name
+            and arguments == call.arguments
+        ) and not (_same_value(call.name, name) and _same_value(call.arguments, arguments)):
             self._lifecycle(
                 f"tool/call {call_id} name or arguments differ from its advertisement", ev.seq
             )
         call.started = True
 
     def _tool_result(self, ev: Event, data: dict[str, Any]) -> None:
-        if isinstance(ev.obj.get("surfaceOp"), dict):  # a replacement only rewrites content
+        if type(ev.obj.get("surfaceOp")) is dict:  # a replacement only rewrites content
             self._bound(ev, data, step=False)
             return
         if not self._bound(ev, data, step=True):
@@ -522,6 +540,7 @@ class Validator:
             self._lifecycle(f"tool/result for call {call_id}, which is already resolved", ev.seq)
             return
         call.resolved = True
+        self.pending -= 1
         if call.started:
             return
         message_id = message.get("id")

@@ -1,0 +1,451 @@
+"""The ``inspect`` report of one session (semantics §1.7, §6).
+
+One streaming pass over the chosen generation feeds the validator, counts event types, keeps the
+few model events the derived facts need and, with ``events``, one short line per event. Parsed
+events are dropped as soon as they are looked at, so a 300,000-event log is inspected in
+bounded memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import frames as zframes
+from .discovery import Located, locate
+from .errors import CorruptLog, UnsupportedFormat
+from .generations import list_generations, non_canonical_files, select
+from .locking import LockState, probe
+from .model import MODEL_TYPES, Facts, derive
+from .reader import SessionLog, open_log, parse_recovered, peek_fields
+from .records import Event, decode_source_seqs, header_version
+from .validation import (
+    Finding,
+    GenerationInfo,
+    Validator,
+    binding_problem,
+    counts,
+    file_findings,
+    stale_findings,
+    survey_generation,
+)
+
+SUMMARY_WIDTH = 80
+_SPACES = re.compile(r"\s+")
+
+
+# -- short event lines ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EventLine:
+    """One line of ``inspect --events``."""
+
+    seq: int
+    type: str
+    time: int | None
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "type": self.type, "time": self.time, "summary": self.summary}
+
+
+def format_ranges(seqs: list[int]) -> str:
+    """``[3, 4, 5, 6, 9]`` → ``"3-6, 9"``."""
+    parts: list[str] = []
+    i = 0
+    while i < len(seqs):
+        j = i
+        while j + 1 < len(seqs) and seqs[j + 1] == seqs[j] + 1:
+            j += 1
+        parts.append(str(seqs[i]) if j == i else f"{seqs[i]}-{seqs[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _clip(text: str, width: int = SUMMARY_WIDTH) -> str:
+    text = _SPACES.sub(" ", text).strip()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _text_of(message: Any) -> str | None:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                return str(block["text"])
+    return None
+
+
+def _calls_of(message: Any) -> list[str]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [
+        f"{block.get('name')}({block.get('id')})"
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "tool-call"
+    ]
+
+
+def _message_summary(data: dict[str, Any]) -> str:
+    message = data.get("message") if isinstance(data.get("message"), dict) else data
+    role = message.get("role") if isinstance(message, dict) else None
+    text = _text_of(message)
+    parts = [f"{role}:" if isinstance(role, str) else "?:"]
+    if isinstance(message, dict) and isinstance(message.get("toolCallId"), str):
+        parts.append(f"[{message['toolCallId']}]")
+    if text is not None:
+        parts.append(text)
+    calls = _calls_of(message)
+    if calls:
+        parts.append("→ " + ", ".join(calls))
+    return " ".join(parts)
+
+
+def _turn_summary(kind: str, data: dict[str, Any]) -> str:
+    text = f"turn {data.get('turn')}"
+    if "step" in data:
+        text += f" step {data.get('step')}"
+    if kind == "turn/end":
+        reason = data.get("reason")
+        if isinstance(reason, dict):
+            text += f" {reason.get('kind')}"
+            inner = reason.get("reason")
+            if isinstance(inner, dict) and "kind" in inner:
+                text += f" ({inner['kind']})"
+    return text
+
+
+def _data_summary(kind: str, data: Any) -> str:
+    if not isinstance(data, dict):
+        return orjson.dumps(data).decode()
+    if kind.startswith(("turn/", "step/")):
+        return _turn_summary(kind, data)
+    if kind in ("user/message", "assistant/message", "tool/result") or kind in (
+        "system/message",
+        "developer/message",
+    ):
+        return _message_summary(data)
+    if kind == "subagent/catalog":
+        label = data.get("label")
+        tail = f" {label!r}" if isinstance(label, str) else ""
+        return f"{data.get('childId')} {data.get('mode')}{tail}"
+    if kind == "subagent/descriptor":
+        mode = data.get("mode", "continuable")
+        return f"v{data.get('version')} {mode} {data.get('label')!r} via {data.get('provider')}"
+    if kind == "session/end-seed":
+        return "inherited (fork cut)" if data.get("inherited") is True else "untagged"
+    if kind == "tool/call":
+        return f"{data.get('name')} {data.get('callId')}"
+    if kind == "request/header":
+        config = (
+            data.get("header", {}).get("config") if isinstance(data.get("header"), dict) else None
+        )
+        if isinstance(config, dict):
+            return f"{config.get('provider')}/{config.get('model')} ({data.get('reason')})"
+    if kind == "session/title":
+        source = data.get("source")
+        source_kind = source.get("kind") if isinstance(source, dict) else None
+        return f"{data.get('title')!r} ({source_kind})"
+    if kind == "agent-preset/selected":
+        return str(data.get("agentPreset"))
+    if kind == "session-log-deepseek/delivery-accepted":
+        return f"{data.get('sessionId')} through {data.get('throughSeq')}"
+    return orjson.dumps(data).decode()
+
+
+def summarize(ev: Event) -> str:
+    """At most 80 characters: the gist of an event's data, with decoded sourceEventSeqs."""
+    text = _data_summary(ev.type, ev.data)
+    stored = ev.obj.get("sourceEventSeqs")
+    if stored is not None:
+        try:
+            text += f" ← {format_ranges(decode_source_seqs(stored, ev.seq))}"
+        except ValueError:
+            text += " ← (invalid sourceEventSeqs)"
+    return _clip(text)
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+@dataclass
+class FrameStats:
+    count: int
+    header_frame_ok: bool
+    with_checksum: int
+    largest_index: int
+    largest_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "headerFrameOk": self.header_frame_ok,
+            "withChecksum": self.with_checksum,
+            "withoutChecksum": self.count - self.with_checksum,
+            "largest": {"frame": self.largest_index + 1, "bytes": self.largest_bytes},
+        }
+
+
+@dataclass
+class InspectReport:
+    """Everything ``inspect`` shows; ``to_json`` is the ``--json`` document."""
+
+    session_dir: Path
+    log: SessionLog = field(repr=False)
+    facts: Facts = field(repr=False)
+    generations: list[GenerationInfo]
+    ignored_files: list[str]
+    root_encoding: str
+    binding: str | None
+    frames: FrameStats | None
+    recoverable_lines: int
+    lock: LockState
+    by_type: dict[str, int]
+    event_lines: list[EventLine] | None
+    open_step: int | None
+    unresolved_calls: list[str]
+    parent_exists: bool | None
+    last_inherited_time: int | None
+    findings: list[Finding]
+    warnings: list[str]
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return self.log.header.fields
+
+    @property
+    def session_id(self) -> str:
+        return self.log.header.id
+
+    @property
+    def event_count(self) -> int:
+        return self.log.event_count
+
+    def boundaries(self) -> list[tuple[int, int]]:
+        return self.facts.boundary_ranges()
+
+    def descriptor_json(self) -> dict[str, Any] | None:
+        descriptor = self.facts.descriptor()
+        if descriptor is None:
+            return None
+        data = descriptor.data if isinstance(descriptor.data, dict) else {}
+        version = data.get("version")
+        mode = data.get("mode", "continuable" if version == 1 else None)
+        return {
+            "seq": descriptor.seq,
+            "version": version,
+            "mode": mode,
+            "label": data.get("label"),
+            "provider": data.get("provider"),
+            "inheritedOnly": descriptor.inherited_only,
+        }
+
+    def catalog_json(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for entry in self.facts.own_catalog():
+            data = entry.data if isinstance(entry.data, dict) else {}
+            rows.append(
+                {
+                    "seq": entry.seq,
+                    "childId": data.get("childId"),
+                    "childCreatedAt": data.get("childCreatedAt"),
+                    "mode": data.get("mode"),
+                    "label": data.get("label"),
+                    "version": data.get("version"),
+                }
+            )
+        return rows
+
+    def open_turn_json(self) -> dict[str, Any] | None:
+        turn = self.facts.open_turn
+        if turn is None:
+            return None
+        return {
+            "turn": turn.turn,
+            "startSeq": turn.start_seq,
+            "openStep": self.open_step,
+            "unresolvedCalls": self.unresolved_calls,
+        }
+
+    def pending_inbox(self) -> list[Any]:
+        cut = self.facts.cut
+        return self.facts.pending_inbox(through=cut - 1) if cut > 0 else []
+
+    def to_json(self) -> dict[str, Any]:
+        log, facts = self.log, self.facts
+        chosen = log.generation
+        provider, model = facts.provider_model
+        torn = log.torn
+        out: dict[str, Any] = {
+            "session": self.session_id,
+            "path": str(self.session_dir),
+            "header": self.header,
+            "generation": {
+                "version": chosen.version,
+                "file": chosen.name,
+                "encoding": chosen.encoding,
+            },
+            "generations": [g.to_json(g.generation == chosen) for g in self.generations],
+            "ignoredFiles": self.ignored_files,
+            "rootEncoding": self.root_encoding,
+            "pathBinding": {"ok": self.binding is None, "problem": self.binding},
+            "frames": None if self.frames is None else self.frames.to_json(),
+            "tornTail": None
+            if torn is None
+            else {
+                "offset": torn.offset,
+                "bytes": torn.size,
+                "completeLines": len(torn.recovered),
+                "recoverableLines": self.recoverable_lines,
+            },
+            "lock": self.lock,
+            "events": {"total": log.event_count, "byType": self.by_type},
+            "turns": {"completed": len(facts.turn_ends), "open": self.open_turn_json()},
+            "boundaries": {
+                "ranges": [list(r) for r in self.boundaries()],
+                "turnEnds": facts.turn_ends,
+            },
+            "inheritance": {
+                "cut": facts.cut,
+                "isSeeded": log.header.is_seeded,
+                "parentSession": log.header.parent_session,
+                "parentExists": self.parent_exists,
+                "markers": facts.tagged_markers,
+                "lastInheritedTime": self.last_inherited_time,
+            },
+            "descriptor": self.descriptor_json(),
+            "catalog": self.catalog_json(),
+            "title": facts.title,
+            "preset": facts.preset,
+            "model": {"provider": provider, "model": model},
+            "pendingInbox": self.pending_inbox(),
+            "findings": [f.to_json() for f in self.findings],
+            "counts": counts(self.findings),
+        }
+        if self.event_lines is not None:
+            out["eventList"] = [line.to_json() for line in self.event_lines]
+        return out
+
+
+def _frame_stats(log: SessionLog) -> FrameStats | None:
+    if log.generation.encoding != "zstd":
+        return None
+    header_frame = zframes.scan(log.data, limit=1).frames[0]
+    frames = [header_frame] + [c.frame for c in log.chunks if c.frame is not None]
+    largest = max(range(len(frames)), key=lambda i: frames[i].size)
+    return FrameStats(
+        count=len(frames),
+        header_frame_ok=True,
+        with_checksum=sum(1 for f in frames if f.checksum),
+        largest_index=largest,
+        largest_bytes=frames[largest].size,
+    )
+
+
+def _where(error: CorruptLog, path: Path) -> CorruptLog:
+    """A corruption error whose message names the file (frame-level errors name only bytes)."""
+    if str(path) in error.message:
+        return error
+    return CorruptLog(f"{path}: {error.message}", **error.details)
+
+
+def inspect_session(located: Located, *, events: bool) -> InspectReport:
+    """Read the chosen generation once and build the report; findings never fail it."""
+    generation = located.generation
+    try:
+        log = open_log(generation)
+    except CorruptLog as exc:
+        raise _where(exc, generation.path) from None
+    validator = Validator(log.header, log.version)
+    by_type: dict[str, int] = {}
+    model_events: list[Event] = []
+    lines: list[EventLine] | None = [] if events else None
+    try:
+        for ev in log.events():
+            validator.feed(ev)
+            kind = ev.type
+            by_type[kind] = by_type.get(kind, 0) + 1
+            if kind in MODEL_TYPES:
+                model_events.append(ev)
+            if lines is not None:
+                lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
+    except CorruptLog as exc:
+        raise _where(exc, generation.path) from None
+    facts = derive(log.header, log.event_count, model_events)
+    facts.torn = log.torn
+    del model_events
+
+    findings = file_findings(log) + validator.finish()
+    chosen = survey_generation(generation, events=log.event_count, turn_ends=validator.turn_ends)
+    others = [
+        survey_generation(g) for g in list_generations(located.session_dir) if g != generation
+    ]
+    stale = stale_findings(chosen, others)
+    findings.extend(stale)
+    generations = sorted(
+        [chosen, *others], key=lambda g: (g.generation.version, g.generation.encoding)
+    )
+
+    cut = facts.cut
+    last_time = log.event(cut - 1).time if 0 < cut <= log.event_count else None
+    parent = log.header.parent_session
+    return InspectReport(
+        session_dir=located.session_dir,
+        log=log,
+        facts=facts,
+        generations=generations,
+        ignored_files=non_canonical_files(located.session_dir),
+        root_encoding=located.root.encoding(),
+        binding=binding_problem(located.session_dir, log.header),
+        frames=_frame_stats(log),
+        recoverable_lines=len(parse_recovered(log)),
+        lock=probe(located.session_dir),
+        by_type=dict(sorted(by_type.items())),
+        event_lines=lines,
+        open_step=validator.open_step if facts.open_turn is not None else None,
+        unresolved_calls=validator.unresolved() if facts.open_turn is not None else [],
+        parent_exists=None if parent is None else located.root.exists(parent),
+        last_inherited_time=last_time,
+        findings=findings,
+        warnings=[*located.warnings, *(f.message for f in stale)],
+    )
+
+
+def _future_details(error: UnsupportedFormat) -> UnsupportedFormat:
+    """A refusal of a future generation that still lists the files and the raw header version."""
+    path = error.details.get("path")
+    if not isinstance(path, str):
+        return error
+    session_dir = Path(path).parent
+    try:
+        files = sorted(os.listdir(session_dir))
+    except OSError:
+        return error
+    generation = select(list_generations(session_dir))
+    raw = header_version(peek_fields(generation)) if generation is not None else None
+    message = f"{error.message}; files: {', '.join(files)}"
+    if raw is not None:
+        message += f"; header version {raw}"
+    details = {**error.details, "files": files, "headerVersion": raw}
+    return UnsupportedFormat(message, **details)
+
+
+def inspect_arg(
+    arg: str, root_option: str | None, *, events: bool, env: Mapping[str, str] | None = None
+) -> InspectReport:
+    """Resolve a SESSION argument and inspect it (the ``inspect`` command)."""
+    try:
+        located = locate(arg, root_option, env)
+    except UnsupportedFormat as exc:
+        raise _future_details(exc) from None
+    return inspect_session(located, events=events)
