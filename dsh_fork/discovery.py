@@ -212,11 +212,12 @@ class Root:
             self._by_id = by_id
         return self._by_id.get(session_id)
 
-    def register(self, session_dir: Path) -> SessionEntry | None:
+    def register(self, session_dir: Path, header: Header | None = None) -> SessionEntry | None:
         """Add a session published during this run to the cached listing and indexes.
 
         A run that writes sessions (relink copies) keeps one index for its whole duration;
-        registering what it wrote keeps that index true without re-reading the root.
+        registering what it wrote keeps that index true without re-reading the root. The
+        writer may pass the header it wrote, which saves reading it back.
         """
         if self._entries is None:
             return None
@@ -224,7 +225,7 @@ class Root:
         if not generations:
             return None
         entry = SessionEntry(session_dir, generations)
-        entry.header = read_header(generations[-1])
+        entry.header = header if header is not None else read_header(generations[-1])
         self._entries.append(entry)
         if self._children is not None and entry.parent is not None:
             self._children.setdefault(entry.parent, []).append(entry)

@@ -39,7 +39,7 @@ from .model import MODEL_TYPES, Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, match_copies
 from .reader import SessionLog, current_generation, open_log, read_header
-from .records import encode_event, encode_header
+from .records import encode_event, encode_header, parse_header
 
 LINEAGE_CYCLE = "lineage cycle"
 
@@ -471,6 +471,13 @@ class _Walker:
         self.new_id = new_id
         self.total = total
         self.done = 0
+        self.created: set[str] = set()
+        self.unsynced: set[Path] = set()
+
+    def sync(self) -> None:
+        """Make the new copies' directory entries durable before anything refers to them."""
+        if self.unsynced:
+            writer.sync_dirs(self.unsynced)
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -531,11 +538,14 @@ class _Walker:
             self.summary.skipped.append({"id": source.id, "reason": "running"})
             return
         assert parent.id is not None
+        if parent.id in self.created:
+            self.sync()  # a copy's header names its parent: that parent must be durable first
         try:
             copy_id, created_at, copy_dir, lock = self._publish(item, parent.id, depth)
         except DshForkError as exc:
             self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
             return
+        self.created.add(copy_id)
         try:
             self._record_copy(item, copy_id, parent.id, depth)
             if item.fact_reason is None:
@@ -593,14 +603,17 @@ class _Walker:
             agent_preset=header.agent_preset,
         )
         session_dir = writer.ensure_session_dir(
-            self.root.path, project_dir_name(header.cwd), encode_segment(copy_id)
+            self.root.path,
+            project_dir_name(header.cwd),
+            encode_segment(copy_id),
+            deferred=self.unsynced,
         )
         published = writer.publish(
             session_dir, header_line, writer.Body(verbatim, lines), keep_lock=True
         )
         assert published.lock is not None
         with contextlib.suppress(DshForkError, OSError):
-            self.root.register(session_dir)
+            self.root.register(session_dir, parse_header(header_line[:-1], SUPPORTED_VERSION))
         return copy_id, created_at, session_dir, published.lock
 
     def _match(self, item: _Match) -> None:
@@ -694,6 +707,7 @@ class _Walker:
             return out
 
         assert parent.id is not None
+        self.sync()
         try:
             writer.append(parent.session_dir, build, lock=parent.lock)
         except DshForkError as exc:
@@ -733,7 +747,10 @@ def _run(
             },
         )
     walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
-    walker.level(level, top)
+    try:
+        walker.level(level, top)
+    finally:
+        walker.sync()
     if summary.catalogued:
         log.write(
             messages.CATALOGUED,

@@ -65,7 +65,7 @@ def _fsync(fd: int, path: Path) -> None:
     faults.done("fsync", path)
 
 
-def _ensure_dir(path: Path) -> None:
+def _ensure_dir(path: Path, deferred: set[Path] | None = None) -> None:
     """Create one directory 0700 (fsyncing its parent), refusing to write through a symlink."""
     if path.is_symlink():
         raise UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
@@ -79,16 +79,34 @@ def _ensure_dir(path: Path) -> None:
             raise UsageError(f"{path} exists and is not a directory", path=str(path)) from None
         return
     faults.done("mkdir", path)
-    fsync_dir(path.parent)
+    if deferred is not None:
+        deferred.add(path.parent)
+    else:
+        fsync_dir(path.parent)
 
 
-def ensure_session_dir(root: Path, project: str, segment: str) -> Path:
-    """root/project/segment, each created 0700 if missing, none of them a symlink."""
+def ensure_session_dir(
+    root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
+) -> Path:
+    """root/project/segment, each created 0700 if missing, none of them a symlink.
+
+    With ``deferred``, the parents of created dirs are added to that set instead of being
+    fsynced one by one; the caller fsyncs them (``sync_dirs``) before any durable record
+    refers to the new sessions. A batch of copies then costs one project-dir fsync, not one
+    per copy; a crash before it can only lose sessions nothing refers to yet.
+    """
     if not root.exists():
         root.parent.mkdir(parents=True, exist_ok=True)
     for path in (root, root / project, root / project / segment):
-        _ensure_dir(path)
+        _ensure_dir(path, deferred)
     return root / project / segment
+
+
+def sync_dirs(deferred: set[Path]) -> None:
+    """fsync the directories collected by ``ensure_session_dir(deferred=...)``, deepest first."""
+    for path in sorted(deferred, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(path)
+    deferred.clear()
 
 
 # -- publishing -----------------------------------------------------------------------------
