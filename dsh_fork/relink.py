@@ -10,17 +10,17 @@ for ``--dry-run`` — only records it, so a plan and a real run report the same 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from . import layout, writer
 from . import oplog as messages
-from . import writer
 from .catalog import fact_from_descriptor
-from .discovery import Root, SessionEntry
+from .discovery import Root, SessionEntry, locate
 from .errors import (
     CorruptLog,
     DshForkError,
@@ -901,3 +901,39 @@ def relink_all(
     if progress is not None:
         progress(len(forks), len(forks), "")
     return result
+
+
+def relink_arg(
+    arg: str,
+    root_option: str | None,
+    *,
+    dry_run: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> RelinkSummary:
+    """Resolve a FORK_CHILD argument and relink it (the ``relink`` command)."""
+    located = locate(arg, root_option, env)
+    summary = relink(
+        located.root,
+        located.session_dir,
+        dry_run=dry_run,
+        oplog_path=layout.oplog_path(root_option, env),
+    )
+    summary.warnings[:0] = located.warnings
+    return summary
+
+
+def relink_all_arg(
+    root_option: str | None,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RelinkAllResult:
+    """Relink every fork child of the root named by ``--root`` or ``DSH_HOME``."""
+    root = Root(layout.resolve_root(root_option, env))
+    return relink_all(
+        root,
+        dry_run=dry_run,
+        oplog_path=layout.oplog_path(root_option, env),
+        progress=progress,
+    )
