@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,7 +255,7 @@ def encode_header(
         "delegationDepth": delegation_depth,
         "agentPreset": agent_preset,
     }
-    return orjson.dumps({k: v for k, v in values.items() if v is not None}) + b"\n"
+    return dumps_record({k: v for k, v in values.items() if v is not None}) + b"\n"
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -419,4 +420,21 @@ def decode_source_seqs(stored: Any, seq: int) -> list[int]:
 
 def encode_event(event_type: str, seq: int, time: int, data: Any) -> bytes:
     """A line dsh-fork creates (with its 0x0A), keys in the order ``type, seq, time, data``."""
-    return orjson.dumps({"type": event_type, "seq": seq, "time": time, "data": data}) + b"\n"
+    return dumps_record({"type": event_type, "seq": seq, "time": time, "data": data}) + b"\n"
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def dumps_record(value: Any) -> bytes:
+    """Compact JSON with raw UTF-8, as JSON.stringify writes it (format §6).
+
+    orjson refuses strings holding lone surrogates (an ``--id`` taken from a non-UTF-8 argv, or
+    descriptor data parsed leniently from a ``\\ud800`` escape); JSON.stringify writes them as
+    ``\\udXXX`` escapes, and so does this fallback.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()

@@ -555,3 +555,26 @@ def test_nonneg_int() -> None:
     assert nonneg_int(3.0) == 3
     assert nonneg_int(-1) is None
     assert nonneg_int(-0.0) is None
+
+
+def test_records_with_lone_surrogates_are_written_as_json_stringify_does() -> None:
+    """orjson refuses them; JSON.stringify escapes them, and DSH reads them back."""
+    line = encode_event("subagent/descriptor", 3, 4, {"label": "a\ud800b", "e": "😀"})
+    assert line == (
+        b'{"type":"subagent/descriptor","seq":3,"time":4,"data":{"label":"a\\ud800b","e":"'
+        + "😀".encode()
+        + b'"}}\n'
+    )
+    assert parse_event(line[:-1], 3).data == {"label": "a\ud800b", "e": "😀"}
+    head = encode_header(
+        session_id="id-\udcff",
+        created_at=1,
+        cwd=None,
+        parent_session=None,
+        is_seeded=False,
+        origin=None,
+        delegation_depth=0,
+        agent_preset=None,
+    )
+    assert b'"id":"id-\\udcff"' in head
+    assert parse_header(head[:-1], 4).id == "id-\udcff"

@@ -1,0 +1,406 @@
+"""Finding sessions (semantics §2.2, §10.1): the generation-scan scenario at library level,
+lookup by id and by path, root encodings and subagent children."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dsh_fork.discovery import Root, locate
+from dsh_fork.errors import CorruptLog, SessionNotFound, UnsupportedFormat, UsageError
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
+from dsh_fork.layout import encode_segment
+from dsh_fork.reader import open_log, read_header
+
+FX = "/fx"
+
+
+def child(clock: Clock, name: str, *, parent: str = "parent", cwd: str = FX) -> SessionSpec:
+    spec = SessionSpec(
+        id=name, created_at=clock(), cwd=cwd, parent=parent, origin="subagent", depth=1
+    )
+    spec.descriptor(clock, name)
+    spec.turn(clock)
+    return spec
+
+
+@dataclass
+class Scenario:
+    root: Path
+    parent: SessionSpec
+    dirs: dict[str, Path]
+
+
+def generation_scan_root(root: Path, clock: Clock) -> Scenario:
+    """The root of semantics §10.1: one parent in ``--fx--`` and children a…h and x."""
+    dirs: dict[str, Path] = {}
+    parent = SessionSpec(id="parent", created_at=clock(), cwd=FX)
+    parent.turn(clock)
+    dirs["parent"] = parent.publish(root)
+    dirs["child-a"] = child(clock, "child-a").publish(root)
+    dirs["child-b"] = write_spec_as(child(clock, "child-b"), root, 3).parent
+    g = child(clock, "child-g")
+    g.lines = [line for line in g.lines if b"subagent/descriptor" not in line]
+    g.lines = [
+        orjson.dumps({**orjson.loads(line), "seq": i}) + b"\n" for i, line in enumerate(g.lines)
+    ]
+    dirs["child-g"] = write_spec_as(g, root, 0).parent
+    dirs["child-f"] = write_spec_as(child(clock, "child-f"), root, 9).parent
+    d = child(clock, "child-d")
+    dirs["child-d"] = write_spec_as(d, root, 3).parent
+    d.turn(clock)
+    write_spec_as(d, root, 4)  # beside the v3 file, as DSH's migration leaves it
+    dirs["child-c"] = child(clock, "child-c", parent="other").publish(root)
+    e = child(clock, "child-e")
+    e_dir = write_spec_as(e, root, 4).parent
+    (e_dir / "session.v4.jsonl.zstd").rename(e_dir / "session.v4.jsonl.txt")
+    dirs["child-e"] = e_dir
+    h = child(clock, "child-h")
+    h_dir = h.publish(root)
+    real = (h_dir / "session.v4.jsonl.zstd").read_bytes()
+    (h_dir / "session.v4.jsonl.zstd").unlink()
+    for name in (
+        "session.v0.jsonl.zstd",
+        "session.v04.jsonl.zstd",
+        "session.V4.jsonl.zstd",
+        "session.v4.jsonl.zstd.tmp",
+        "session.v4.jsonl.zstd.repair",
+    ):
+        (h_dir / name).write_bytes(real)
+    dirs["child-h"] = h_dir
+    dirs["child-x"] = child(clock, "child-x", cwd="/other").publish(root)
+    (root / "--fx--" / "loose-file").write_text("not a session")
+    (root / "stray-file").write_text("not a project")
+    return Scenario(root, parent, dirs)
+
+
+@pytest.fixture
+def scenario(root: Path, clock: Clock) -> Scenario:
+    return generation_scan_root(root, clock)
+
+
+# -- the generation-scan scenario -------------------------------------------------------------
+
+
+def test_children_on_disk_of_the_generation_scan_root(scenario: Scenario) -> None:
+    kids = Root(scenario.root).children_of("parent")
+    assert [k.id for k in kids] == [
+        "child-a",
+        "child-b",
+        "child-g",
+        "child-f",
+        "child-d",
+        "child-x",
+    ]
+    by_id = {k.id: k for k in kids}
+    for name in ("child-a", "child-b", "child-g", "child-d", "child-x"):
+        assert by_id[name].error is None, name
+        assert by_id[name].session_dir == scenario.dirs[name]
+    versions = {k.id: k.generation.version for k in kids if k.generation}
+    assert versions == {
+        "child-a": 4,
+        "child-b": 3,
+        "child-g": 0,
+        "child-f": 9,
+        "child-d": 4,
+        "child-x": 4,
+    }
+    future = by_id["child-f"]
+    assert isinstance(future.error, UnsupportedFormat)
+    assert future.header is None and future.is_subagent and future.parent == "parent"
+    assert by_id["child-x"].project == "--other--"
+
+
+def test_child_d_is_read_from_its_v4_generation(scenario: Scenario) -> None:
+    located = locate("child-d", str(scenario.root))
+    assert located.generation.name == "session.v4.jsonl.zstd"
+    assert located.warnings == ()
+    v4 = open_log(located.generation)
+    entry = next(e for e in Root(scenario.root).entries() if e.id == "child-d")
+    v3 = open_log(entry.generations[0], check_dir=False)
+    assert v4.event_count > v3.event_count
+
+
+def test_locating_the_scenario_sessions(scenario: Scenario) -> None:
+    root = str(scenario.root)
+    assert locate("child-b", root).generation.version == 3
+    assert locate("child-g", root).generation.name == "session.jsonl.zstd"
+    assert read_header(locate("child-g", root).generation).delegation_depth == 1
+    with pytest.raises(UnsupportedFormat, match="generation v9 is newer than v4") as caught:
+        locate("child-f", root)
+    assert caught.value.exit_code == 8
+    with pytest.raises(SessionNotFound, match="no session 'child-h'") as missing:
+        locate("child-h", root)
+    assert missing.value.exit_code == 3
+    with pytest.raises(SessionNotFound):
+        locate("child-e", root)
+    with pytest.raises(SessionNotFound, match=r"child-h holds no session log"):
+        locate(str(scenario.dirs["child-h"]), root)
+
+
+def test_listing_ignores_loose_files_and_non_sessions(scenario: Scenario) -> None:
+    listed = {e.id for e in Root(scenario.root).entries()}
+    assert listed == {
+        "parent",
+        "child-a",
+        "child-b",
+        "child-g",
+        "child-f",
+        "child-d",
+        "child-c",
+        "child-x",
+    }
+    assert [p.name for p in Root(scenario.root).project_dirs()] == ["--fx--", "--other--"]
+
+
+def test_a_header_version_that_disagrees_with_the_file_name_is_corrupt(
+    scenario: Scenario, clock: Clock
+) -> None:
+    liar = child(clock, "liar")
+    fields = orjson.loads(liar.header_line())
+    fields["version"] = 3
+    session_dir = scenario.root / "--fx--" / "liar"
+    write_log_file(session_dir / "session.v4.jsonl.zstd", orjson.dumps(fields), liar.lines)
+    entries = {e.id: e for e in Root(scenario.root).entries()}
+    assert isinstance(entries["liar"].error, CorruptLog)
+    assert "does not match the file name (v4)" in entries["liar"].error.message
+    assert entries["child-a"].error is None  # the rest of the root is still read
+    with pytest.raises(CorruptLog):
+        open_log(locate("liar", str(scenario.root)).generation)
+
+
+def test_a_child_with_an_unreadable_header_is_still_listed(root: Path, clock: Clock) -> None:
+    broken = child(clock, "broken")
+    fields = {**orjson.loads(broken.header_line()), "sandboxMode": "retired"}
+    write_log_file(
+        root / "--fx--" / "broken" / "session.v4.jsonl.zstd", orjson.dumps(fields), broken.lines
+    )
+    kids = Root(root).children_of("parent")
+    assert [k.id for k in kids] == ["broken"]
+    assert isinstance(kids[0].error, CorruptLog)
+    assert kids[0].created_at == broken.created_at
+
+
+def test_a_body_that_is_corrupt_does_not_break_the_header_listing(root: Path, clock: Clock) -> None:
+    spec = child(clock, "damaged")
+    session_dir = spec.publish(root)
+    with (session_dir / "session.v4.jsonl.zstd").open("ab") as handle:
+        handle.write(b"garbage")
+    [entry] = Root(root).entries()
+    assert entry.error is None and entry.header is not None
+    assert entry.header.id == "damaged"
+
+
+def test_children_are_sorted_by_created_at_then_id(root: Path, clock: Clock) -> None:
+    for name, created in (("b", 5), ("a", 5), ("c", 1)):
+        spec = SessionSpec(id=name, created_at=created, parent="p", origin="subagent", depth=1)
+        spec.publish(root)
+    SessionSpec(id="fork", created_at=3, parent="p", is_seeded=True).publish(root)
+    SessionSpec(id="plain-child", created_at=2, parent="p").publish(root)
+    listed = Root(root)
+    assert [e.id for e in listed.children_of("p")] == ["c", "a", "b"]
+    assert [e.id for e in listed.forks_of("p")] == ["fork"]
+    assert [e.id for e in listed.fork_children()] == ["fork"]
+    assert listed.children_of("nobody") == []
+
+
+def test_the_listing_is_cached_until_invalidated(root: Path, clock: Clock) -> None:
+    listed = Root(root)
+    assert listed.entries() == []
+    child(clock, "late").publish(root)
+    assert listed.entries() == []
+    listed.invalidate()
+    assert [e.id for e in listed.entries()] == ["late"]
+    assert [e.id for e in listed.children_of("parent")] == ["late"]
+
+
+# -- lookup by id -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("session_id", [".", "..", "a/b", "~x", "😀", "my id", "ab\ud800c"])
+def test_odd_ids_are_found_by_id(
+    root: Path, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, session_id: str
+) -> None:
+    """Even where the id also names an existing path (``.`` and ``..`` always do)."""
+    work = tmp_path / "work"
+    (work / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    session_dir = SessionSpec(id=session_id, created_at=clock()).publish(root)
+    assert session_dir.name == encode_segment(session_id)
+    located = locate(session_id, str(root))
+    assert located.session_dir == session_dir
+    assert read_header(located.generation).id == session_id
+    assert Root(root).exists(session_id)
+
+
+def test_an_existing_path_that_is_no_session_and_no_id(
+    root: Path, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child(clock, "someone").publish(root)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="lies outside the root"):
+        locate(".", str(root))
+    with pytest.raises(SessionNotFound, match="holds no session log"):
+        locate(".", None)
+
+
+def test_the_same_id_in_two_project_dirs_is_ambiguous(root: Path, clock: Clock) -> None:
+    SessionSpec(id="dup", created_at=clock(), cwd="/one").publish(root)
+    SessionSpec(id="dup", created_at=clock(), cwd="/two").publish(root)
+    with pytest.raises(SessionNotFound) as caught:
+        locate("dup", str(root))
+    assert caught.value.message == "ambiguous id 'dup' in 2 project directories; pass a path"
+    assert caught.value.exit_code == 3
+    located = locate(str(root / "--two--" / "dup"), str(root))
+    assert located.session_dir == root / "--two--" / "dup"
+
+
+def test_an_empty_leftover_dir_does_not_make_an_id_exist(root: Path, clock: Clock) -> None:
+    SessionSpec(id="real", created_at=clock(), cwd="/one").publish(root)
+    (root / "--two--" / "real").mkdir(parents=True)
+    (root / "--two--" / "real" / "session.lock").touch()
+    (root / "--two--" / "real" / "session.v4.jsonl.zstd.0123456789ab.tmp").touch()
+    assert Root(root).dirs_of("real") == [root / "--one--" / "real"]
+    assert locate("real", str(root)).session_dir == root / "--one--" / "real"
+
+
+def test_two_cwds_sharing_one_project_dir_both_resolve(root: Path, clock: Clock) -> None:
+    SessionSpec(id="slash", created_at=clock(), cwd="/a/b").publish(root)
+    SessionSpec(id="colon", created_at=clock(), cwd="/a:b").publish(root)
+    assert [p.name for p in Root(root).project_dirs()] == ["--a-b--"]
+    assert read_header(locate("slash", str(root)).generation).cwd == "/a/b"
+    assert read_header(locate("colon", str(root)).generation).cwd == "/a:b"
+
+
+def test_ids_in_an_absent_root_are_not_found(tmp_path: Path) -> None:
+    with pytest.raises(SessionNotFound, match="no session 'x'"):
+        locate("x", str(tmp_path / "nowhere"))
+    with pytest.raises(SessionNotFound, match="empty session id"):
+        locate("", str(tmp_path))
+
+
+def test_the_default_root_comes_from_dsh_home(tmp_path: Path, clock: Clock) -> None:
+    home = tmp_path / "dsh-home"
+    SessionSpec(id="homed", created_at=clock()).publish(home / "sessions")
+    located = locate("homed", None, {"DSH_HOME": str(home)})
+    assert located.root.path == home.resolve() / "sessions"
+
+
+def test_a_session_lock_is_never_a_log(root: Path, clock: Clock) -> None:
+    session_dir = SessionSpec(id="locked", created_at=clock()).publish(root)
+    assert (session_dir / "session.lock").exists()
+    (root / "--fixture-project--" / "lock-only").mkdir()
+    (root / "--fixture-project--" / "lock-only" / "session.lock").write_bytes(b"")
+    assert [e.id for e in Root(root).entries()] == ["locked"]
+    with pytest.raises(SessionNotFound, match="holds no session log"):
+        locate(str(root / "--fixture-project--" / "lock-only"), str(root))
+    located = locate(str(session_dir / "session.lock"), str(root))
+    assert located.generation.name == "session.v4.jsonl.zstd"
+    assert located.warnings == (
+        "session.lock is not a canonical generation name",
+        f"reading session.v4.jsonl.zstd, the highest generation of {session_dir}",
+    )
+
+
+# -- lookup by path -----------------------------------------------------------------------
+
+
+def test_path_arguments_inside_an_explicit_root(scenario: Scenario) -> None:
+    root = str(scenario.root)
+    d_dir = scenario.dirs["child-d"]
+    assert locate(str(d_dir), root).generation.version == 4
+    exact = locate(str(d_dir / "session.v4.jsonl.zstd"), root)
+    assert (exact.generation.version, exact.warnings) == (4, ())
+    lower = locate(str(d_dir / "session.v3.jsonl.zstd"), root)
+    assert lower.generation.name == "session.v4.jsonl.zstd"
+    assert lower.warnings == (f"reading session.v4.jsonl.zstd, the highest generation of {d_dir}",)
+    assert lower.root.path == scenario.root
+
+
+def test_a_relative_path_argument(scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(scenario.root / "--fx--")
+    located = locate("child-a", str(scenario.root))
+    assert located.session_dir == scenario.dirs["child-a"]
+    located = locate("./child-b/session.v3.jsonl.zstd", str(scenario.root))
+    assert located.session_dir == scenario.dirs["child-b"]
+
+
+def test_a_path_outside_an_explicit_root_is_a_usage_error(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(scenario.root, elsewhere)
+    with pytest.raises(UsageError, match="lies outside the root") as caught:
+        locate(str(elsewhere / "--fx--" / "child-a"), str(scenario.root))
+    assert caught.value.exit_code == 2
+
+
+def test_without_root_a_path_brings_its_own_root(scenario: Scenario, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(scenario.root, elsewhere)
+    located = locate(str(elsewhere / "--fx--" / "child-a" / "session.v4.jsonl.zstd"), None, {})
+    assert located.root.path == elsewhere.resolve()
+    assert located.session_dir == elsewhere.resolve() / "--fx--" / "child-a"
+    assert located.root.children_of("parent")[0].id == "child-a"
+
+
+def test_a_symlinked_session_dir_outside_the_root(scenario: Scenario, tmp_path: Path) -> None:
+    target = tmp_path / "outside-session"
+    shutil.copytree(scenario.dirs["child-a"], target)
+    link = scenario.root / "--fx--" / "linked"
+    link.symlink_to(target, target_is_directory=True)
+    with pytest.raises(UsageError, match="lies outside the root"):
+        locate(str(link), str(scenario.root))
+
+
+def test_a_future_generation_by_path_is_unsupported(scenario: Scenario) -> None:
+    with pytest.raises(UnsupportedFormat):
+        locate(str(scenario.dirs["child-f"] / "session.v9.jsonl.zstd"), str(scenario.root))
+
+
+# -- root encoding --------------------------------------------------------------------------
+
+
+def test_root_encodings(root: Path, clock: Clock, tmp_path: Path) -> None:
+    assert Root(tmp_path / "absent").encoding() == "empty"
+    root.mkdir(parents=True)
+    (root / "--p--" / "leftover").mkdir(parents=True)
+    assert Root(root).encoding() == "empty"
+    Root(root).require_writable()
+    SessionSpec(id="z", created_at=clock()).publish(root)
+    assert Root(root).encoding() == "zstd"
+    Root(root).require_writable()
+    plain_root = tmp_path / "plain"
+    write_spec_as(SessionSpec(id="p", created_at=clock()), plain_root, 4, encoding="plain")
+    assert Root(plain_root).encoding() == "plain"
+    with pytest.raises(UnsupportedFormat, match="is plain; dsh-fork writes only into a zstd root"):
+        Root(plain_root).require_writable()
+    write_spec_as(SessionSpec(id="q", created_at=clock()), root, 4, encoding="plain")
+    assert Root(root).encoding() == "mixed"
+    with pytest.raises(UnsupportedFormat, match="is mixed") as caught:
+        Root(root).require_writable()
+    assert caught.value.exit_code == 8
+
+
+def test_a_plain_session_is_found_and_read(tmp_path: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="p", created_at=clock())
+    spec.turn(clock)
+    plain_root = tmp_path / "plain"
+    write_spec_as(spec, plain_root, 4, encoding="plain")
+    located = locate("p", str(plain_root))
+    assert located.generation.encoding == "plain"
+    assert open_log(located.generation).event_count == len(spec.lines)
+
+
+def test_flat_files_in_a_project_dir_are_not_sessions(root: Path, clock: Clock) -> None:
+    SessionSpec(id="ok", created_at=clock()).publish(root)
+    (root / "--fixture-project--" / "abc.jsonl.zstd").write_bytes(b"")
+    assert [e.id for e in Root(root).entries()] == ["ok"]
+    with pytest.raises(SessionNotFound):
+        locate("abc", str(root))
+    assert os.path.exists(root / "--fixture-project--" / "abc.jsonl.zstd")
