@@ -458,6 +458,9 @@ def test_an_inherited_pending_inbox_item_is_listed_for_the_child(root: Path, clo
     child_log = open_log(list_generations((result.path or Path()).parent)[-1], collect=MODEL_TYPES)
     facts = facts_of(child_log)
     assert facts.pending_inbox(through=facts.cut - 1) == [queued]
+    report = run_cli("--root", root, "inspect", "child", "--json")
+    assert report.exit_code == 0
+    assert report.json()["pendingInbox"] == [queued]
 
 
 # -- refusals -----------------------------------------------------------------------------------

@@ -259,3 +259,24 @@ def test_a_running_child_is_skipped_and_the_fork_succeeds(
     assert result.agents is not None
     assert result.agents.to_json()["skipped"] == [{"id": "session-busy", "reason": "running"}]
     holder.release()
+
+
+def test_a_fork_of_a_fork_copies_the_copies(root: Path) -> None:
+    summary = generate(root, sessions=1, agents=2, depth=1, turns=2, seed=1)
+    first = lib_fork(root, summary.top_level[0], child_id="first")
+    assert first.agents is not None
+    first_copies = [item["copy"] for item in first.agents.to_json()["copied"]]
+
+    second = lib_fork(root, "first", child_id="second")
+
+    assert second.agents is not None
+    copied = second.agents.to_json()["copied"]
+    assert [item["source"] for item in copied] == first_copies
+    assert [f["childId"] for f in own_catalog(second.path or Path())] == [
+        item["copy"] for item in copied
+    ]
+    markers = [
+        e["seq"] for e in log_events(second.path or Path()) if e["type"] == "session/end-seed"
+    ]
+    assert len(markers) == 2
+    assert all_errors(root) == []

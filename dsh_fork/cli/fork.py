@@ -75,23 +75,32 @@ def _render(out: Out, result: ForkResult) -> None:
     if result.created_at is not None:
         rows.append(("created", f"{result.created_at} ({iso(result.created_at)})"))
     rows.append(("agents", _agents_line(result)))
-    if out.rich:
-        out.table(title, ("", ""), rows)
-    else:
-        _plain(out, title, rows)
     if result.agents is not None:
+        verb = "would copy" if result.dry_run else "copied"
         for item in result.agents.to_json().get("copied", []):
-            verb = "would copy" if result.dry_run else "copied"
             copy = f" as {item['copy']}" if item.get("copy") else ""
-            out.line(f"  {verb} {item.get('source')}{copy} (depth {item.get('depth')})")
+            rows.append(("", f"{verb} {item.get('source')}{copy} (depth {item.get('depth')})"))
+    if out.rich:
+        _rich(out, title, rows)
+    else:
+        out.line(title)
+        for key, value in rows:
+            text = "-" if value is None else value
+            out.line(f"  {key}: {text}" if key else f"  {text}")
     if result.dry_run:
         out.line("Nothing was written.")
 
 
-def _plain(out: Out, title: str, rows: list[tuple[str, Any]]) -> None:
-    out.line(title)
+def _rich(out: Out, title: str, rows: list[tuple[str, Any]]) -> None:
+    """A borderless two-column summary; long paths and ids wrap instead of being cut."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in rows:
-        out.line(f"  {key}: {'-' if value is None else value}")
+        table.add_row(key, "-" if value is None else str(value))
+    out.console.print(table)
 
 
 def _agents_line(result: ForkResult) -> str:
