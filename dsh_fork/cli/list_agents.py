@@ -1,1 +1,112 @@
-"""`dsh-fork list-agents` (to be written)."""
+"""``dsh-fork list-agents``: a session's subagents, on disk and in the panel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import typer
+
+from ..agents import AgentRow, AgentTree, list_agents_arg
+from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+
+COLUMNS = (
+    "id",
+    "label",
+    "mode",
+    "provider/model",
+    "createdAt",
+    "turns",
+    "status",
+    "disk",
+    "panel",
+    "copy of",
+    "flags",
+)
+
+
+def _mark(value: bool) -> str:
+    return "✓" if value else "✗"
+
+
+def _cells(row: AgentRow) -> list[Any]:
+    provider_model = "/".join(p for p in (row.provider, row.model) if p) or None
+    return [
+        row.label,
+        row.mode,
+        provider_model,
+        iso(row.created_at),
+        row.turns,
+        row.status,
+        _mark(row.on_disk),
+        _mark(row.in_panel),
+        row.copy_of,
+        "; ".join(row.flags) or None,
+    ]
+
+
+def _flatten(rows: list[AgentRow], depth: int = 0) -> Iterator[list[Any]]:
+    for row in rows:
+        yield ["  " * depth + row.id, *_cells(row)]
+        yield from _flatten(row.children, depth + 1)
+
+
+def _tree(out: Out, tree: AgentTree) -> None:
+    from rich.text import Text
+    from rich.tree import Tree
+
+    def label(row: AgentRow) -> Text:
+        label, mode, provider_model, created, turns, status, disk, panel, copy_of, _ = _cells(row)
+        parts = [label or "(no label)", mode or "-", provider_model or "-", created]
+        parts += [f"{'-' if turns is None else turns} turns", status or "-"]
+        parts.append(f"disk {disk} panel {panel}")
+        if copy_of:
+            parts.append(f"copy of {copy_of}")
+        text = Text(row.id, style="bold")
+        text.append("  " + " · ".join(parts))
+        if row.flags:
+            text.append("  [" + "; ".join(row.flags) + "]", style="yellow")
+        return text
+
+    def add(node: Tree, rows: list[AgentRow]) -> None:
+        for row in rows:
+            add(node.add(label(row)), row.children)
+
+    top = Tree(Text(tree.session, style="bold"))
+    add(top, tree.children)
+    out.console.print(top)
+
+
+def _render(out: Out, tree: AgentTree) -> None:
+    flags = f" [{'; '.join(tree.flags)}]" if tree.flags else ""
+    if not tree.children:
+        out.line(f"{tree.session}: no subagents{flags}")
+    elif out.rich:
+        _tree(out, tree)
+    else:
+        out.table(f"subagents of {tree.session}{flags}", COLUMNS, _flatten(tree.children))
+    if tree.forks:
+        out.line("forks: " + ", ".join(str(fork["id"]) for fork in tree.forks))
+
+
+@app.command("list-agents")
+def list_agents(
+    session: str = typer.Argument(..., metavar="SESSION", help="Session id, dir or log file."),
+    recursive: bool = typer.Option(False, "--recursive", help="Descend through the whole tree."),
+    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """List a session's subagents: on disk (header parentSession) and in the panel (catalog).
+
+    Differences between the two views are flagged; fork children are listed apart.
+
+    Example: dsh-fork list-agents session-6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f --recursive
+    """
+    out = Out(json_mode)
+    tree = run(out, lambda: list_agents_arg(session, root_of(root), recursive=recursive))
+    for warning in tree.warnings:
+        out.warn(warning)
+    if json_mode:
+        out.json(tree.to_json())
+    else:
+        _render(out, tree)

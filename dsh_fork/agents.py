@@ -1,0 +1,274 @@
+"""list-agents: a session's subagent tree, on disk and in the panel side by side (semantics §5).
+
+DSH's panel shows only the parent's own-range catalog facts; the subagent sessions on disk name
+their parent in their header. The two views drift apart (uncatalogued copies of old forks,
+deleted children), so both are shown and every difference is flagged. Only the header frames of
+the root are read to find children; only children's logs are opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .discovery import Located, Root, SessionEntry, locate
+from .errors import CorruptLog, DshForkError, UnsupportedFormat
+from .locking import probe
+from .model import MODEL_TYPES, CatalogEntry, Facts, facts_of
+from .provenance import Logged, match_copies
+from .reader import open_log
+from .records import Header, nonneg_int
+
+ON_DISK_NOT_CATALOGUED = "on disk, not catalogued"
+CATALOGUED_MISSING = "catalogued, missing on disk"
+CATALOGUED_OTHER_PARENT = "catalogued, other parent"
+CATALOGUED_NOT_SUBAGENT = "catalogued, not a subagent"
+CREATED_AT_DIFFERS = "createdAt differs"
+NO_OWN_DESCRIPTOR = "no own descriptor"
+CORRUPT = "corrupt"
+CYCLE = "cycle"
+PARENT_MISSING = "parent missing"
+
+
+@dataclass
+class AgentRow:
+    """One subagent as both views see it; ``children`` only with ``--recursive``."""
+
+    id: str
+    on_disk: bool
+    in_panel: bool
+    label: str | None = None
+    mode: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    created_at: int | None = None
+    turns: int | None = None
+    status: str | None = None
+    copy_of: str | None = None
+    flags: list[str] = field(default_factory=list)
+    children: list[AgentRow] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label,
+            "mode": self.mode,
+            "provider": self.provider,
+            "model": self.model,
+            "createdAt": self.created_at,
+            "turns": self.turns,
+            "status": self.status,
+            "onDisk": self.on_disk,
+            "inPanel": self.in_panel,
+            "copyOf": self.copy_of,
+            "flags": self.flags,
+            "children": [child.to_json() for child in self.children],
+        }
+
+
+@dataclass
+class AgentTree:
+    """The subagents of one session, its fork children, and flags about the session itself."""
+
+    session: str
+    children: list[AgentRow]
+    forks: list[dict[str, Any]]
+    flags: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "flags": self.flags,
+            "children": [row.to_json() for row in self.children],
+            "forks": self.forks,
+        }
+
+
+@dataclass
+class _Child:
+    """A row with the log behind it, kept for provenance and recursion."""
+
+    row: AgentRow
+    entry: SessionEntry | None
+    header: Header | None = None
+    facts: Facts | None = None
+    logged: Logged | None = None
+
+
+def _text(data: Any, key: str) -> str | None:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+class _Lister:
+    def __init__(self, root: Root, recursive: bool) -> None:
+        self.root = root
+        self.recursive = recursive
+        self.visited: set[str] = set()
+
+    def rows(self, parent: Header, facts: Facts, source_parent: str | None) -> list[AgentRow]:
+        """The union of ``parent``'s children on disk and its own-range catalog (§5.1)."""
+        panel: dict[str, CatalogEntry] = {}
+        for own in facts.own_catalog():
+            if own.child_id is not None:
+                panel.setdefault(own.child_id, own)
+        children: list[_Child] = []
+        on_disk: set[str] = set()
+        for entry in self.root.children_of(parent.id):
+            child_id = entry.id or entry.session_dir.name
+            on_disk.add(child_id)
+            stated = panel.get(child_id)
+            child = self._child(AgentRow(child_id, True, stated is not None), entry, stated)
+            if stated is None:
+                child.row.flags.insert(0, ON_DISK_NOT_CATALOGUED)
+            children.append(child)
+        for child_id, fact in panel.items():
+            if child_id in on_disk:
+                continue
+            found = self.root.entry(child_id)
+            row = AgentRow(child_id, False, True)
+            if found is None:
+                row.flags.append(CATALOGUED_MISSING)
+                self._from_fact(row, fact)
+                children.append(_Child(row, None))
+                continue
+            elsewhere = CATALOGUED_NOT_SUBAGENT if found.parent == parent.id else None
+            row.flags.append(elsewhere or CATALOGUED_OTHER_PARENT)
+            children.append(self._child(row, found, fact))
+        self._provenance(children, source_parent)
+        children.sort(key=lambda c: (c.row.created_at or 0, c.row.id))
+        for child in children:
+            self._descend(child)
+        return [child.row for child in children]
+
+    def _child(self, row: AgentRow, entry: SessionEntry, fact: CatalogEntry | None) -> _Child:
+        child = _Child(row, entry)
+        running = probe(entry.session_dir) == "held"
+        error = entry.error
+        generation = entry.generation
+        if error is None and generation is not None:
+            try:
+                log = open_log(generation, collect=MODEL_TYPES)
+            except DshForkError as exc:
+                error = exc
+            except OSError as exc:
+                error = CorruptLog(f"{generation.path}: unreadable ({exc.strerror})")
+            else:
+                child.header = log.header
+                child.facts = facts_of(log)
+                child.logged = Logged(row.id, log, child.facts)
+        if error is not None or child.header is None or child.facts is None:
+            row.flags.append(_error_flag(error, entry))
+            row.created_at = entry.created_at or None
+            row.status = "running" if running else None
+            self._from_fact(row, fact)
+            return child
+        header, facts = child.header, child.facts
+        own = facts.own_descriptors()
+        descriptor = facts.descriptor()
+        if own:
+            data = own[0][1]
+            row.label = _text(data, "label")
+            row.mode = "continuable" if _version(data) == 1 else _text(data, "mode")
+        else:
+            row.flags.append(NO_OWN_DESCRIPTOR)
+            self._from_fact(row, fact)
+        provider, model = facts.provider_model
+        described = None if descriptor is None else descriptor.data
+        row.provider = provider or _text(described, "agentProvider")
+        row.model = model or _text(described, "agentModel")
+        row.created_at = header.created_at
+        if fact is not None:
+            stated = nonneg_int(fact.data.get("childCreatedAt"))
+            if stated is not None and stated != header.created_at:
+                row.flags.append(CREATED_AT_DIFFERS)
+        row.turns = len(facts.turn_ends)
+        if running:
+            row.status = "running"
+        else:
+            row.status = "open turn" if facts.open_turn is not None else "idle"
+        return child
+
+    @staticmethod
+    def _from_fact(row: AgentRow, fact: CatalogEntry | None) -> None:
+        if fact is None:
+            return
+        row.label = row.label or _text(fact.data, "label")
+        row.mode = row.mode or _text(fact.data, "mode")
+        if row.created_at is None:
+            row.created_at = nonneg_int(fact.data.get("childCreatedAt"))
+
+    def _provenance(self, children: list[_Child], source_parent: str | None) -> None:
+        """copy-of: which child of the source parent each seeded row is a copy of (§4.3)."""
+        copies = [c.logged for c in children if c.row.on_disk and c.logged is not None]
+        copies = [c for c in copies if c.log.header.is_seeded]
+        if source_parent is None or not copies:
+            return
+        candidates: list[Logged] = []
+        for entry in self.root.children_of(source_parent):
+            generation = entry.generation
+            if entry.error is not None or entry.id is None or generation is None:
+                continue
+            try:
+                log = open_log(generation, collect=MODEL_TYPES)
+            except (DshForkError, OSError):
+                continue
+            candidates.append(Logged(entry.id, log, facts_of(log)))
+        matches = match_copies(copies, candidates)
+        for child in children:
+            child.row.copy_of = matches.get(child.row.id)
+
+    def _descend(self, child: _Child) -> None:
+        row = child.row
+        if not row.on_disk or child.header is None or child.facts is None:
+            return
+        if row.id in self.visited:
+            row.flags.append(CYCLE)
+            return
+        if not self.recursive:
+            return
+        self.visited.add(row.id)
+        row.children = self.rows(child.header, child.facts, row.copy_of)
+
+
+def _version(data: Any) -> int | None:
+    return nonneg_int(data.get("version")) if isinstance(data, dict) else None
+
+
+def _error_flag(error: DshForkError | None, entry: SessionEntry) -> str:
+    if isinstance(error, UnsupportedFormat):
+        version = error.details.get("version")
+        if version is None and entry.generation is not None:
+            version = entry.generation.version
+        return f"unsupported v{version}"
+    return CORRUPT
+
+
+def list_agents(located: Located, *, recursive: bool) -> AgentTree:
+    """The subagent tree of the located session; its own read errors are the command's."""
+    root = located.root
+    log = open_log(located.generation, collect=MODEL_TYPES)
+    facts = facts_of(log)
+    header = log.header
+    lister = _Lister(root, recursive)
+    lister.visited.add(header.id)
+    source_parent = header.parent_session if header.is_fork_child else None
+    rows = lister.rows(header, facts, source_parent)
+    forks = [{"id": entry.id, "createdAt": entry.created_at} for entry in root.forks_of(header.id)]
+    tree = AgentTree(header.id, rows, forks, warnings=list(located.warnings))
+    if header.parent_session is not None and root.entry(header.parent_session) is None:
+        tree.flags.append(PARENT_MISSING)
+    return tree
+
+
+def list_agents_arg(
+    arg: str,
+    root_option: str | None,
+    *,
+    recursive: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> AgentTree:
+    """Resolve a SESSION argument and list its agents (the ``list-agents`` command)."""
+    return list_agents(locate(arg, root_option, env), recursive=recursive)
