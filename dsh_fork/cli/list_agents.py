@@ -62,7 +62,8 @@ def _tree(out: Out, tree: AgentTree) -> None:
         parts.append(f"disk {disk} panel {panel}")
         if copy_of:
             parts.append(f"copy of {copy_of}")
-        text = Text(row.id, style="bold")
+        text = Text()
+        text.append(row.id, style="bold")
         text.append("  " + " · ".join(parts))
         if row.flags:
             text.append("  [" + "; ".join(row.flags) + "]", style="yellow")
