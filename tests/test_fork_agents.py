@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import log_events, log_header, run_cli, tree_listing
+from conftest import SAMPLES, log_events, log_header, run_cli, tree_listing
 
 from dsh_fork.discovery import Root, locate
 from dsh_fork.errors import Partial
@@ -280,3 +280,22 @@ def test_a_fork_of_a_fork_copies_the_copies(root: Path) -> None:
     ]
     assert len(markers) == 2
     assert all_errors(root) == []
+
+
+def test_a_foreign_dsh_home_forks_with_the_subagents_its_facts_name(samples_root: Path) -> None:
+    facts = orjson.loads((SAMPLES / "facts.json").read_bytes())
+    shop = facts["sessions"]["shop"]
+    expected = facts["relinkOfFork"]
+    boundary = facts["sessions"]["fork of shop"]["cut"] - 1
+
+    result = lib_fork(samples_root, shop["id"], at=boundary)
+
+    assert result.agents is not None
+    summary = result.agents.to_json()
+    direct = sorted(item["source"] for item in summary["copied"] if item["depth"] == 1)
+    assert direct == sorted(expected["belongs"])
+    grand = {item["source"] for item in summary["copied"] if item["depth"] == 2}
+    assert grand == {g for kids in expected["grandchildren"].values() for g in kids}
+    assert summary["unrelated"] == expected["unrelated"]
+    assert log_header(result.path or Path())["agentPreset"] == "code"
+    assert all_errors(samples_root) == []
