@@ -1,1 +1,65 @@
-"""`dsh-fork doctor` (to be written)."""
+"""``dsh-fork doctor``: a read-only health check of a sessions root."""
+
+from __future__ import annotations
+
+import typer
+
+from ..discovery import Root
+from ..doctor import DoctorReport, doctor
+from ..layout import resolve_root
+from .base import JSON_HELP, ROOT_HELP, Out, app, fail, root_of, run
+
+
+def render(out: Out, report: DoctorReport) -> None:
+    counts = report.counts()
+    out.table(
+        "Doctor",
+        ["root", "encoding", "sessions", "errors", "warnings", "info"],
+        [
+            [
+                report.root,
+                report.encoding,
+                report.sessions,
+                counts["error"],
+                counts["warning"],
+                counts["info"],
+            ]
+        ],
+    )
+    groups: dict[str, list[list[object]]] = {}
+    for finding in report.findings:
+        title = "Root" if finding.scope == "root" else f"Session {finding.session}"
+        where = finding.path if finding.scope == "root" else finding.seq
+        groups.setdefault(title, []).append(
+            [finding.severity, finding.code, where, finding.message]
+        )
+    for title, rows in groups.items():
+        out.line()
+        out.table(title, ["severity", "code", "where", "message"], rows)
+    if not report.findings:
+        out.line()
+        out.line("No findings.")
+
+
+@app.command(name="doctor")
+def doctor_command(
+    sessions: list[str] | None = typer.Argument(
+        None, metavar="[SESSION ...]", help="Check only these sessions (root rules always)."
+    ),
+    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """Check a sessions root read-only: root rules, every session's log, lineage and catalog.
+
+    Exits 0 without error findings, 10 when any error finding exists.
+
+    Example: dsh-fork --root ~/.dsh/sessions doctor --json
+    """
+    out = Out(json_mode)
+    report = run(out, lambda: doctor(Root(resolve_root(root_of(root))), sessions or None))
+    if not json_mode:
+        render(out, report)
+    if report.errors:
+        fail(out, report.partial())
+    if json_mode:
+        out.json(report.to_json())

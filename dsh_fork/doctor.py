@@ -1,0 +1,373 @@
+"""``doctor``: a read-only check of a whole root (semantics §7).
+
+Root rules first (the ones that make DSH refuse the whole root), then every session (or the named
+ones) through the v4 checklist of ``validation``, then lineage: parents, cycles, depths and the
+catalog against what is on disk. Nothing is written and no lock is taken; a lock is only probed.
+A file that cannot be read is a finding, never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .discovery import Root, SessionEntry, locate
+from .errors import Partial, SessionNotFound, UnsupportedFormat
+from .generations import is_temp_name, list_generations, non_canonical_files
+from .locking import probe
+from .records import header_version
+from .validation import SEVERITIES, DirCheck, Severity, binding_problem, check_dir
+
+Scope = Literal["root", "session"]
+ROOT_CODES = frozenset(("PATH_MISMATCH", "VERSION_MISMATCH", "EMPTY_DIR"))
+"""Codes ``check_dir`` also reports that doctor states once, as root rules."""
+FLAT_SUFFIXES = (".jsonl", ".jsonl.zstd")
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorFinding:
+    severity: Severity
+    scope: Scope
+    code: str
+    message: str
+    session: str | None = None
+    path: str | None = None
+    seq: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"severity": self.severity, "scope": self.scope}
+        if self.session is not None:
+            out["session"] = self.session
+        if self.path is not None:
+            out["path"] = self.path
+        out["code"] = self.code
+        out["message"] = self.message
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
+
+
+@dataclass
+class DoctorReport:
+    root: Path
+    encoding: str
+    sessions: int
+    findings: list[DoctorFinding] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = dict.fromkeys(SEVERITIES, 0)
+        for finding in self.findings:
+            out[finding.severity] += 1
+        return out
+
+    @property
+    def errors(self) -> list[DoctorFinding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "encoding": self.encoding,
+            "sessions": self.sessions,
+            "findings": [f.to_json() for f in self.findings],
+            "counts": self.counts(),
+        }
+
+    def partial(self) -> Partial:
+        """The PARTIAL error naming every failing root rule and session (exit 10)."""
+        errors = self.errors
+        failed = [{"id": f.session or "root", "code": f.code, "message": f.message} for f in errors]
+        sessions = {f.session for f in errors if f.scope == "session"}
+        root_rules = sum(1 for f in errors if f.scope == "root")
+        return Partial(
+            f"doctor found {len(errors)} errors ({root_rules} root rule findings, "
+            f"{len(sessions)} of {self.sessions} sessions)",
+            failed=failed,
+            result=self.to_json(),
+        )
+
+
+# -- root rules -------------------------------------------------------------------------------
+
+
+def _label(entry: SessionEntry) -> str:
+    return entry.id or entry.session_dir.name
+
+
+def _root_rules(root: Root) -> list[DoctorFinding]:
+    out: list[DoctorFinding] = []
+
+    def add(severity: Severity, code: str, message: str, **where: Any) -> None:
+        out.append(DoctorFinding(severity, "root", code, message, **where))
+
+    entries = root.entries()
+    encoding = root.encoding()
+    if encoding == "mixed":
+        plain = [
+            e for e in entries if e.generation is not None and e.generation.encoding == "plain"
+        ]
+        zstd = len(entries) - len(plain)
+        shown = ", ".join(str(e.session_dir) for e in plain[:5])
+        more = f" and {len(plain) - 5} more" if len(plain) > 5 else ""
+        add(
+            "error",
+            "ENCODING_MIXED",
+            f"the root mixes encodings: {zstd} zstd sessions and {len(plain)} plain ones "
+            f"({shown}{more}); DSH refuses a mixed root and dsh-fork will not write to it",
+        )
+    for project in root.project_dirs():
+        for name in _files(project):
+            if name.endswith(FLAT_SUFFIXES):
+                path = project / name
+                add(
+                    "error",
+                    "FLAT_FILE",
+                    f"{path} is a retired flat-layout session file; DSH refuses the root",
+                    path=str(path),
+                )
+    by_id: dict[str, list[SessionEntry]] = {}
+    for entry in entries:
+        if entry.id is not None:
+            by_id.setdefault(entry.id, []).append(entry)
+    for session_id, same in by_id.items():
+        if len(same) > 1:
+            projects = ", ".join(e.project for e in same)
+            add(
+                "error",
+                "DUPLICATE_ID",
+                f"session {session_id} appears in {len(same)} project directories ({projects}); "
+                "DSH refuses to list the root",
+                session=session_id,
+            )
+    for entry in entries:
+        generation = entry.generation
+        if generation is None:
+            continue
+        where = {"session": _label(entry), "path": str(generation.path)}
+        if entry.header is not None:
+            problem = binding_problem(entry.session_dir, entry.header)
+            if problem is not None:
+                add("error", "PATH_MISMATCH", f"{problem}; DSH refuses the root", **where)
+            continue
+        raw = header_version(entry.raw_fields)
+        if raw is not None and raw != generation.version:
+            add(
+                "error",
+                "VERSION_MISMATCH",
+                f"{generation.name} holds a header of version {raw}; DSH refuses the root",
+                **where,
+            )
+    for session_dir in root.candidate_dirs():
+        for name in _files(session_dir):
+            if is_temp_name(name):
+                add(
+                    "info",
+                    "LEFTOVER_TEMP",
+                    f"leftover temporary file {name} (ignored by DSH; safe to delete when no "
+                    "writer is running)",
+                    path=str(session_dir / name),
+                )
+        if not list_generations(session_dir):
+            ignored = non_canonical_files(session_dir)
+            note = f" (ignored files: {', '.join(ignored)})" if ignored else ""
+            add(
+                "info",
+                "EMPTY_DIR",
+                f"{session_dir.name} holds no canonical generation, so it is not a session{note}",
+                path=str(session_dir),
+            )
+    return out
+
+
+def _files(directory: Path) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(directory) if e.is_file(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+def _session_findings(entry: SessionEntry, check: DirCheck) -> list[DoctorFinding]:
+    label = _label(entry)
+    path = str(entry.generation.path) if entry.generation is not None else None
+    held = probe(entry.session_dir) == "held"
+    out: list[DoctorFinding] = []
+    for finding in check.findings:
+        if finding.code in ROOT_CODES:
+            continue
+        severity = finding.severity
+        message = finding.message
+        if held and finding.code == "TORN_TAIL":
+            severity, message = "info", f"{message} (a live writer holds the lock)"
+        out.append(
+            DoctorFinding(severity, "session", finding.code, message, label, path, finding.seq)
+        )
+    if held:
+        out.append(
+            DoctorFinding(
+                "info",
+                "session",
+                "LOCK_HELD",
+                "session.lock is held: the session is running in DSH",
+                label,
+                path,
+            )
+        )
+    return out
+
+
+def _lineage(
+    root: Root, entry: SessionEntry, check: DirCheck, by_id: dict[str, SessionEntry]
+) -> list[DoctorFinding]:
+    label = _label(entry)
+    path = str(entry.generation.path) if entry.generation is not None else None
+    out: list[DoctorFinding] = []
+
+    def add(severity: Severity, code: str, message: str, seq: int | None = None) -> None:
+        out.append(DoctorFinding(severity, "session", code, message, label, path, seq))
+
+    parent_id = entry.parent
+    if parent_id is not None:
+        parent = by_id.get(parent_id)
+        if parent is None:
+            add("warning", "ORPHAN", f"parentSession {parent_id} does not exist in this root")
+        elif (
+            entry.is_subagent
+            and entry.header is not None
+            and parent.header is not None
+            and entry.header.delegation_depth != parent.header.delegation_depth + 1
+        ):
+            add(
+                "warning",
+                "DEPTH",
+                f"delegationDepth {entry.header.delegation_depth} is not the parent's "
+                f"{parent.header.delegation_depth} + 1",
+            )
+        cycle = _cycle(entry, by_id)
+        if cycle is not None:
+            add("error", "CYCLE", f"lineage cycle: {' → '.join(cycle)}")
+    if entry.id is None or not check.readable:
+        return out
+    on_disk = {child.id: child for child in root.children_of(entry.id) if child.id is not None}
+    catalogued: dict[str, tuple[int, Any]] = {}
+    for seq, data in check.own_catalog:
+        child_id = data.get("childId") if isinstance(data, dict) else None
+        if isinstance(child_id, str) and child_id not in catalogued:
+            catalogued[child_id] = (seq, data)
+    for child_id in on_disk:
+        if child_id not in catalogued:
+            add(
+                "warning",
+                "NOT_CATALOGUED",
+                f"subagent child {child_id} is on disk but not in the own-range catalog "
+                "(DSH's panel does not show it)",
+            )
+    for child_id, (seq, data) in catalogued.items():
+        child = on_disk.get(child_id)
+        if child is not None:
+            created = data.get("childCreatedAt")
+            if child.header is not None and created != child.header.created_at:
+                add(
+                    "warning",
+                    "CATALOG_MISMATCH",
+                    f"catalog childCreatedAt {created!r} differs from {child_id}'s createdAt "
+                    f"{child.header.created_at}",
+                    seq,
+                )
+            continue
+        other = by_id.get(child_id)
+        if other is None:
+            add(
+                "warning",
+                "CATALOGUED_MISSING",
+                f"catalogued child {child_id} does not exist on disk",
+                seq,
+            )
+        else:
+            add(
+                "warning",
+                "CATALOG_MISMATCH",
+                f"catalogued child {child_id} is not a subagent child of this session "
+                f"(parentSession {other.parent!r}, origin "
+                f"{'subagent' if other.is_subagent else 'none'})",
+                seq,
+            )
+    return out
+
+
+def _cycle(entry: SessionEntry, by_id: dict[str, SessionEntry]) -> list[str] | None:
+    """The parent chain back to ``entry`` when ``entry`` lies on a lineage cycle."""
+    start = entry.id
+    if start is None:
+        return None
+    chain = [start]
+    seen = {start}
+    current = entry
+    while current.parent is not None:
+        parent_id = current.parent
+        chain.append(parent_id)
+        if parent_id == start:
+            return chain
+        if parent_id in seen:
+            return None  # a loop further up that does not include this session
+        seen.add(parent_id)
+        parent = by_id.get(parent_id)
+        if parent is None:
+            return None
+        current = parent
+    return None
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def _named_dirs(root: Root, arg: str) -> list[Path]:
+    """Session dirs a SESSION argument names (every one, for a duplicated id)."""
+    if arg:
+        try:
+            dirs = root.dirs_of(arg)
+        except ValueError:
+            dirs = []
+        if dirs:
+            return dirs
+    try:
+        return [locate(arg, str(root.path)).session_dir]
+    except UnsupportedFormat as exc:
+        path = exc.details.get("path")
+        if isinstance(path, str):
+            return [Path(path).parent]
+        raise
+
+
+def doctor(root: Root, sessions: list[str] | None = None) -> DoctorReport:
+    """Check the root rules and every session (or the named ones); read-only."""
+    entries = root.entries()
+    by_dir = {entry.session_dir: entry for entry in entries}
+    if sessions:
+        chosen: list[SessionEntry] = []
+        for arg in sessions:
+            for session_dir in _named_dirs(root, arg):
+                entry = by_dir.get(session_dir) or by_dir.get(session_dir.resolve())
+                if entry is None:
+                    raise SessionNotFound(
+                        f"{session_dir} holds no session log", path=str(session_dir)
+                    )
+                if entry not in chosen:
+                    chosen.append(entry)
+    else:
+        chosen = list(entries)
+    report = DoctorReport(root.path, root.encoding(), len(chosen))
+    report.findings.extend(_root_rules(root))
+    by_id: dict[str, SessionEntry] = {}
+    for entry in entries:
+        if entry.id is not None:
+            by_id.setdefault(entry.id, entry)
+    for entry in chosen:
+        check = check_dir(entry.session_dir)
+        report.findings.extend(_session_findings(entry, check))
+        report.findings.extend(_lineage(root, entry, check, by_id))
+    return report
