@@ -237,9 +237,9 @@ APPENDER = textwrap.dedent(
     import os, sys, time
     import orjson
     from dsh_fork import frames
-    path, seq, turn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    path, seq, turn, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     print("appending", flush=True)
-    for _ in range(int(sys.argv[4])):
+    while not os.path.exists(stop):
         turn += 1
         lines = [
             {"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}},
@@ -258,8 +258,9 @@ APPENDER = textwrap.dedent(
 
 def test_forks_racing_a_live_appender_are_stale_or_consistent(root: Path, clock: Clock) -> None:
     source = publish_source(root, clock)
+    stop = root.parent / "stop"
     proc = subprocess.Popen(
-        [sys.executable, "-c", APPENDER, str(source), "18", "3", "3000"],
+        [sys.executable, "-c", APPENDER, str(source), "18", "3", str(stop)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -275,7 +276,8 @@ def test_forks_racing_a_live_appender_are_stale_or_consistent(root: Path, clock:
             else:
                 outcomes.append((f"child-{i}", result.boundary))
     finally:
-        proc.wait(timeout=120)
+        stop.touch()
+        proc.wait(timeout=60)
     final = log_lines(source)
     for child_id, boundary in outcomes:
         if boundary is None:
