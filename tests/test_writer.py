@@ -1,0 +1,527 @@
+"""Durable writes (format §14, semantics §2.5): publishing new sessions atomically and
+appending whole frames under the lock, with failures injected at every durable step."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import zstandard
+from conftest import frame_count, log_events, log_lines
+
+from dsh_fork import faults
+from dsh_fork import frames as zframes
+from dsh_fork.errors import (
+    InternalError,
+    SessionAlreadyExists,
+    SessionLocked,
+    UnsupportedFormat,
+    UsageError,
+)
+from dsh_fork.faults import InjectedCrash
+from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
+from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, is_temp_name, parse_name
+from dsh_fork.locking import SessionLock, probe
+from dsh_fork.model import Facts
+from dsh_fork.reader import SessionLog, open_log
+from dsh_fork.records import encode_header
+from dsh_fork.writer import Body, NewEvent, append, ensure_session_dir, publish
+
+
+@pytest.fixture(autouse=True)
+def usual_umask() -> Iterator[None]:
+    """Modes are asserted exactly; run under the common 022 umask whatever the caller has."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def header_line(session_id: str = "new") -> bytes:
+    return encode_header(
+        session_id=session_id,
+        created_at=1768000000000,
+        cwd="/fixture/project",
+        parent_session=None,
+        is_seeded=False,
+        origin=None,
+        delegation_depth=0,
+        agent_preset=None,
+    )
+
+
+def body_lines(count: int, first: int = 0) -> list[bytes]:
+    return [
+        orjson.dumps({"type": "session/title", "seq": first + k, "time": 5, "data": {"k": k}})
+        + b"\n"
+        for k in range(count)
+    ]
+
+
+def new_dir(root: Path, segment: str = "new") -> Path:
+    return ensure_session_dir(root, "--fixture-project--", segment)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def titles(*names: str) -> Any:
+    def build(log: SessionLog, facts: Facts) -> list[NewEvent]:
+        return [("session/title", 7, {"title": n, "messageSeqs": []}) for n in names]
+
+    return build
+
+
+def existing(root: Path, clock: Clock, batches: int = 2) -> tuple[Path, SessionSpec]:
+    spec = SessionSpec(id="target", created_at=clock())
+    for _ in range(batches):
+        spec.turn(clock)
+        spec.flush()
+    return spec.publish(root), spec
+
+
+# -- publishing -----------------------------------------------------------------------------
+
+
+def test_publish_creates_private_dirs_and_files(root: Path) -> None:
+    session_dir = new_dir(root)
+    body = Body()
+    body.add_lines(body_lines(3))
+    published = publish(session_dir, header_line(), body, keep_lock=False)
+    assert published.path == session_dir / CURRENT_NAME
+    assert published.size == published.path.stat().st_size
+    assert published.lock is None
+    for directory in (root, root / "--fixture-project--", session_dir):
+        assert mode(directory) == 0o700, directory
+    assert mode(published.path) == 0o600
+    assert mode(session_dir / LOCK_NAME) == 0o600
+    assert sorted(os.listdir(session_dir)) == sorted([CURRENT_NAME, LOCK_NAME])
+    assert log_lines(published.path) == [header_line()[:-1]] + [b[:-1] for b in body_lines(3)]
+    assert frame_count(published.path) == 2
+    assert probe(session_dir) == "free"
+
+
+def test_publish_copies_verbatim_frames_then_frames_the_tail(root: Path) -> None:
+    verbatim = zstandard.ZstdCompressor(write_checksum=False).compress(b"".join(body_lines(2)))
+    body = Body(frames=[verbatim])
+    body.add_lines(body_lines(2, first=2))
+    path = publish(new_dir(root), header_line(), body, keep_lock=False).path
+    data = path.read_bytes()
+    frames = zframes.scan(data).frames
+    assert len(frames) == 3
+    assert data[frames[1].start : frames[1].end] == verbatim
+    assert frames[2].checksum
+    assert open_log(next(iter([_gen(path)]))).event_count == 4
+
+
+def _gen(path: Path) -> Any:
+    from dsh_fork.generations import Generation
+
+    return Generation(path, 4, "zstd")
+
+
+def test_a_header_only_session(root: Path) -> None:
+    path = publish(new_dir(root), header_line(), Body(), keep_lock=False).path
+    assert frame_count(path) == 1
+    assert log_lines(path) == [header_line()[:-1]]
+
+
+def test_publish_can_keep_the_lock(root: Path) -> None:
+    session_dir = new_dir(root)
+    published = publish(session_dir, header_line(), Body(), keep_lock=True)
+    assert published.lock is not None and published.lock.held
+    assert probe(session_dir) == "held"
+    with pytest.raises(SessionLocked):
+        append(session_dir, titles("x"))
+    appended = append(session_dir, titles("x"), lock=published.lock)
+    assert appended.first_seq == 0 and published.lock.held
+    published.lock.release()
+    assert probe(session_dir) == "free"
+
+
+@pytest.mark.parametrize(
+    "occupant", ["session.v4.jsonl.zstd", "session.v4.jsonl", "session.v3.jsonl.zstd"]
+)
+def test_publishing_over_an_existing_generation_is_refused(root: Path, occupant: str) -> None:
+    session_dir = new_dir(root)
+    (session_dir / occupant).write_bytes(b"someone else's log")
+    with pytest.raises(SessionAlreadyExists, match="already holds a session") as caught:
+        publish(session_dir, header_line(), Body(), keep_lock=False)
+    assert caught.value.exit_code == 5
+    assert (session_dir / occupant).read_bytes() == b"someone else's log"
+    assert sorted(os.listdir(session_dir)) == sorted([occupant, LOCK_NAME])
+    assert probe(session_dir) == "free"
+
+
+def test_a_leftover_dir_with_temps_is_published_into(root: Path) -> None:
+    session_dir = new_dir(root)
+    leftover = session_dir / f"{CURRENT_NAME}.0123456789ab.tmp"
+    leftover.write_bytes(b"half")
+    publish(session_dir, header_line(), Body(), keep_lock=False)
+    assert (session_dir / CURRENT_NAME).exists()
+    assert leftover.read_bytes() == b"half"
+
+
+def test_a_symlinked_session_dir_is_not_written_through(root: Path, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    project = root / "--fixture-project--"
+    project.mkdir(parents=True)
+    (project / "new").symlink_to(target, target_is_directory=True)
+    with pytest.raises(UsageError, match="refusing to write through the symbolic link"):
+        new_dir(root)
+    assert list(target.iterdir()) == []
+
+
+def test_a_symlinked_project_dir_is_not_written_through(root: Path, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    root.mkdir(parents=True)
+    (root / "--fixture-project--").symlink_to(target, target_is_directory=True)
+    with pytest.raises(UsageError, match="symbolic link"):
+        new_dir(root)
+    assert list(target.iterdir()) == []
+
+
+def test_a_file_where_a_dir_belongs_is_refused(root: Path) -> None:
+    root.mkdir(parents=True)
+    (root / "--fixture-project--").write_text("file")
+    with pytest.raises(UsageError, match="exists and is not a directory"):
+        new_dir(root)
+
+
+def publish_steps(root: Path) -> list[tuple[str, str]]:
+    with faults.install("crash", 0) as plan:
+        publish(new_dir(root), header_line(), body_with(3), keep_lock=False)
+    return plan.log
+
+
+def body_with(count: int) -> Body:
+    body = Body(frames=[zframes.encode(b"".join(body_lines(1)))])
+    body.add_lines(body_lines(count - 1, first=1))
+    return body
+
+
+def assert_no_half_session(session_dir: Path, expected_events: int) -> bool:
+    """Either no canonical file or a complete, valid one; every other name is ignored."""
+    names = os.listdir(session_dir) if session_dir.exists() else []
+    for name in names:
+        if name not in (CURRENT_NAME, LOCK_NAME):
+            assert parse_name(name) is None and is_temp_name(name), name
+    if CURRENT_NAME not in names:
+        return False
+    log = open_log(_gen(session_dir / CURRENT_NAME))
+    assert log.torn is None
+    assert log.event_count == expected_events
+    return True
+
+
+def test_a_crash_after_any_publish_step_leaves_no_half_session(root: Path, tmp_path: Path) -> None:
+    steps = publish_steps(tmp_path / "measure")
+    kinds = [kind for kind, _ in steps]
+    assert kinds[-4:] == ["fsync", "link", "fsync-dir", "unlink"]
+    for k in range(1, len(steps) + 1):
+        run_root = tmp_path / f"crash-{k}"
+        with faults.install("crash", k), pytest.raises(InjectedCrash):
+            publish(new_dir(run_root), header_line(), body_with(3), keep_lock=False)
+        session_dir = run_root / "--fixture-project--" / "new"
+        published = assert_no_half_session(session_dir, 3)
+        assert published == (k >= kinds.index("link") + 1), k
+        if session_dir.exists():
+            assert probe(session_dir) != "held"  # the crash took the lock with it
+        if published:
+            with pytest.raises(SessionAlreadyExists):
+                publish(new_dir(run_root), header_line(), body_with(3), keep_lock=False)
+        else:  # a rerun succeeds beside whatever the crash left
+            publish(new_dir(run_root), header_line(), body_with(3), keep_lock=False)
+        assert assert_no_half_session(session_dir, 3)
+
+
+@pytest.mark.parametrize("action", ["enospc", "eacces", "eio"])
+def test_a_failing_publish_step_cleans_up_and_releases(tmp_path: Path, action: str) -> None:
+    steps = publish_steps(tmp_path / "measure")
+    link_step = [kind for kind, _ in steps].index("link") + 1
+    for k in range(1, len(steps) + 1):
+        run_root = tmp_path / f"{action}-{k}"
+        with faults.install(action, k), pytest.raises(OSError):
+            publish(new_dir(run_root), header_line(), body_with(2), keep_lock=False)
+        session_dir = run_root / "--fixture-project--" / "new"
+        published = assert_no_half_session(session_dir, 2)
+        # A failure after the link (dir fsync, temp removal) cannot undo the publication.
+        assert published == (k > link_step), k
+        if session_dir.exists():
+            assert not [n for n in os.listdir(session_dir) if is_temp_name(n)], k
+            assert probe(session_dir) != "held"
+
+
+def test_publish_under_a_held_lock_is_refused(root: Path, hold_lock: Any) -> None:
+    session_dir = new_dir(root)
+    hold_lock(session_dir)
+    with pytest.raises(SessionLocked) as caught:
+        publish(session_dir, header_line(), Body(), keep_lock=False)
+    assert caught.value.exit_code == 6
+    assert sorted(os.listdir(session_dir)) == [LOCK_NAME]
+
+
+# -- appending ------------------------------------------------------------------------------
+
+
+def test_one_complete_frame_per_append(root: Path, clock: Clock) -> None:
+    session_dir, spec = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    before = path.read_bytes()
+    frames_before = frame_count(path)
+    appended = append(session_dir, titles("a", "b", "c"))
+    assert (appended.first_seq, appended.count, appended.repaired_tail) == (
+        len(spec.lines),
+        3,
+        False,
+    )
+    after = path.read_bytes()
+    assert after.startswith(before)
+    assert frame_count(path) == frames_before + 1
+    new_frame = zframes.scan(after).frames[-1]
+    assert (new_frame.start, new_frame.end, new_frame.checksum) == (len(before), len(after), True)
+    events = log_events(path)
+    assert [e["seq"] for e in events] == list(range(len(spec.lines) + 3))
+    assert events[-1] == {
+        "type": "session/title",
+        "seq": len(spec.lines) + 2,
+        "time": 7,
+        "data": {"title": "c", "messageSeqs": []},
+    }
+    assert probe(session_dir) == "free"
+
+
+def test_an_empty_build_appends_nothing(root: Path, clock: Clock) -> None:
+    session_dir, spec = existing(root, clock)
+    before = (session_dir / CURRENT_NAME).read_bytes()
+    appended = append(session_dir, titles())
+    assert (appended.first_seq, appended.count) == (len(spec.lines), 0)
+    assert (session_dir / CURRENT_NAME).read_bytes() == before
+
+
+def test_the_builder_sees_the_log_as_read_under_the_lock(root: Path, clock: Clock) -> None:
+    session_dir, spec = existing(root, clock)
+    seen: list[int] = []
+
+    def build(log: SessionLog, facts: Facts) -> list[NewEvent]:
+        seen.append(log.event_count)
+        assert probe(session_dir) == "held"
+        return [("session/title", 1, {"title": "x", "messageSeqs": []})]
+
+    append(session_dir, build)
+    append(session_dir, build)
+    assert seen == [len(spec.lines), len(spec.lines) + 1]
+
+
+def append_steps(root: Path, clock: Clock) -> int:
+    session_dir, _ = existing(root, clock)
+    with faults.install("crash", 0) as plan:
+        append(session_dir, titles("x"))
+    return plan.count
+
+
+@pytest.mark.parametrize("action", ["enospc", "eio"])
+def test_a_failed_append_is_rolled_back(
+    root: Path, clock: Clock, tmp_path: Path, action: str
+) -> None:
+    steps = append_steps(tmp_path / "measure", clock)
+    assert steps == 2  # write, fsync
+    for k in range(1, steps + 1):
+        session_dir, _ = existing(root / str(k), clock)
+        path = session_dir / CURRENT_NAME
+        before = path.read_bytes()
+        with faults.install(action, k), pytest.raises(OSError):
+            append(session_dir, titles("x", "y"))
+        assert path.read_bytes() == before, k
+        assert probe(session_dir) == "free"
+        append(session_dir, titles("x", "y"))
+        assert [e["data"]["title"] for e in log_events(path)[-2:]] == ["x", "y"]
+
+
+def test_a_short_write_is_completed(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_dir, _ = existing(root, clock)
+    real_write = os.write
+
+    def dribble(fd: int, data: Any) -> int:
+        return real_write(fd, bytes(data[:7]))
+
+    monkeypatch.setattr(os, "write", dribble)
+    append(session_dir, titles("slow"))
+    monkeypatch.undo()
+    assert log_events(session_dir / CURRENT_NAME)[-1]["data"]["title"] == "slow"
+
+
+def write_torn_frame(path: Path, lines: list[bytes], keep_blocks: int) -> int:
+    """Append one frame of one block per line, cut after ``keep_blocks`` whole blocks."""
+    compressor = zstandard.ZstdCompressor(write_checksum=True).compressobj()
+    out = b""
+    for line in lines[:keep_blocks]:
+        out += compressor.compress(line) + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    if keep_blocks == 0:
+        out = zframes.encode(b"".join(lines))[:8]
+    else:
+        out += compressor.compress(lines[keep_blocks]) if keep_blocks < len(lines) else b""
+    offset = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(out)
+    return offset
+
+
+def test_a_torn_tail_is_repaired_before_appending(root: Path, clock: Clock) -> None:
+    """Format §5.3: truncate at the torn frame, re-append the recovered lines that continue
+    the seqs as one frame, then append the batch."""
+    session_dir, spec = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    committed = path.read_bytes()
+    n = len(spec.lines)
+    recovered = body_lines(2, first=n)
+    write_torn_frame(path, [*recovered, *body_lines(1, first=n + 2)], keep_blocks=2)
+    appended = append(session_dir, titles("after"))
+    assert appended.repaired_tail
+    assert appended.first_seq == n + 2
+    data = path.read_bytes()
+    assert data.startswith(committed)
+    frames = zframes.scan(data).frames
+    assert frames[-2].start == len(committed)
+    assert zframes.decode(data, frames[-2]) == b"".join(recovered)
+    assert [e["seq"] for e in log_events(path)] == list(range(n + 3))
+    assert log_events(path)[-1]["data"]["title"] == "after"
+    assert zframes.scan(data).torn_start is None
+
+
+def test_recovered_lines_that_do_not_continue_the_seqs_are_dropped(
+    root: Path, clock: Clock
+) -> None:
+    session_dir, spec = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    committed = path.read_bytes()
+    n = len(spec.lines)
+    write_torn_frame(path, [*body_lines(1, first=n + 5), *body_lines(1, first=n)], keep_blocks=2)
+    appended = append(session_dir, titles("after"))
+    assert appended.repaired_tail and appended.first_seq == n
+    data = path.read_bytes()
+    assert data.startswith(committed)
+    assert len(zframes.scan(data).frames) == len(zframes.scan(committed).frames) + 1
+
+
+def test_a_torn_tail_without_recoverable_lines_is_truncated(root: Path, clock: Clock) -> None:
+    session_dir, spec = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    committed = path.read_bytes()
+    write_torn_frame(path, body_lines(2, first=len(spec.lines)), keep_blocks=0)
+    assert append(session_dir, titles()).repaired_tail
+    assert path.read_bytes() == committed
+
+
+def test_a_crash_mid_append_is_finished_by_the_next_append(root: Path, clock: Clock) -> None:
+    session_dir, _ = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    committed = path.read_bytes()
+    with faults.install("tear", 1), pytest.raises(InjectedCrash):
+        append(session_dir, titles("lost"))
+    assert len(path.read_bytes()) > len(committed)
+    assert open_log(_gen(path)).torn is not None
+    assert probe(session_dir) == "free"
+    appended = append(session_dir, titles("again"))
+    assert appended.repaired_tail
+    titles_now = [e["data"]["title"] for e in log_events(path) if e["type"] == "session/title"]
+    assert titles_now == ["again"]
+    assert path.read_bytes().startswith(committed)
+
+
+def test_append_under_a_held_lock_changes_nothing(root: Path, clock: Clock, hold_lock: Any) -> None:
+    session_dir, _ = existing(root, clock)
+    before = (session_dir / CURRENT_NAME).read_bytes()
+    hold_lock(session_dir)
+    with pytest.raises(SessionLocked, match=r"session\.lock is held by a live process") as caught:
+        append(session_dir, titles("x"))
+    assert caught.value.exit_code == 6
+    assert caught.value.details == {"lockPath": str(session_dir / LOCK_NAME)}
+    assert (session_dir / CURRENT_NAME).read_bytes() == before
+
+
+def test_a_held_lock_blocks_even_the_torn_tail_repair(
+    root: Path, clock: Clock, hold_lock: Any
+) -> None:
+    session_dir, spec = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    write_torn_frame(path, body_lines(2, first=len(spec.lines)), keep_blocks=1)
+    before = path.read_bytes()
+    hold_lock(session_dir)
+    with pytest.raises(SessionLocked):
+        append(session_dir, titles("x"))
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(("version", "encoding"), [(3, "zstd"), (4, "plain"), (0, "zstd")])
+def test_only_v4_zstd_logs_are_appended_to(
+    root: Path, clock: Clock, version: int, encoding: str
+) -> None:
+    spec = SessionSpec(id="old", created_at=clock())
+    spec.turn(clock)
+    path = write_spec_as(spec, root, version, encoding=encoding)
+    before = path.read_bytes()
+    with pytest.raises(UnsupportedFormat, match="only v4 zstd logs are written") as caught:
+        append(path.parent, titles("x"))
+    assert caught.value.exit_code == 8
+    assert path.read_bytes() == before
+
+
+def catalog(child_id: str, **extra: Any) -> dict[str, Any]:
+    return {"version": 0, "childId": child_id, "childCreatedAt": 5, "mode": "one-shot", **extra}
+
+
+def returning(events: list[NewEvent]) -> Any:
+    return lambda log, facts: events
+
+
+def test_catalog_facts_are_checked_before_writing(root: Path, clock: Clock) -> None:
+    session_dir, _ = existing(root, clock)
+    path = session_dir / CURRENT_NAME
+    append(session_dir, lambda log, facts: [("subagent/catalog", 1, catalog("c1"))])
+    before = path.read_bytes()
+    bad_batches: list[list[NewEvent]] = [
+        [("subagent/catalog", 1, catalog("c1"))],  # already in the own range
+        [("subagent/catalog", 1, catalog("c2")), ("subagent/catalog", 1, catalog("c2"))],
+        [("subagent/catalog", 1, catalog("c3", callId="x"))],  # strict schema
+        [("subagent/catalog", 1, {**catalog("c4"), "mode": "continuable"})],  # needs a label
+    ]
+    for bad in bad_batches:
+        with pytest.raises(InternalError, match="refusing to append an invalid catalog fact"):
+            append(session_dir, returning(bad))
+        assert path.read_bytes() == before
+
+
+def test_a_fact_in_the_inherited_prefix_does_not_block_an_own_one(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="forked", created_at=clock(), parent="p", is_seeded=True)
+    spec.turn(clock)
+    spec.add("subagent/catalog", clock(), catalog("c1"))
+    spec.end_seed(clock())
+    session_dir = spec.publish(root)
+    appended = append(session_dir, lambda log, facts: [("subagent/catalog", 1, catalog("c1"))])
+    assert appended.count == 1
+    assert [f.child_id for f in appended.facts.inherited_catalog()] == ["c1"]
+
+
+def test_appending_to_a_dir_without_a_session(root: Path) -> None:
+    session_dir = new_dir(root)
+    with pytest.raises(InternalError, match="holds no session"):
+        append(session_dir, titles("x"))
+
+
+def test_the_lock_file_is_created_when_missing(root: Path, clock: Clock) -> None:
+    session_dir, _ = existing(root, clock)
+    (session_dir / LOCK_NAME).unlink()
+    append(session_dir, titles("x"))
+    assert mode(session_dir / LOCK_NAME) == 0o600
+    with SessionLock(session_dir):
+        assert probe(session_dir) == "held"
