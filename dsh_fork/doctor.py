@@ -105,17 +105,15 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
     entries = root.entries()
     encoding = root.encoding()
     if encoding == "mixed":
-        plain = [
-            e for e in entries if e.generation is not None and e.generation.encoding == "plain"
-        ]
-        zstd = len(entries) - len(plain)
-        shown = ", ".join(str(e.session_dir) for e in plain[:5])
+        plain = [g.path for e in entries for g in e.generations if g.encoding == "plain"]
+        zstd = sum(1 for e in entries for g in e.generations if g.encoding == "zstd")
+        shown = ", ".join(str(p) for p in plain[:5])
         more = f" and {len(plain) - 5} more" if len(plain) > 5 else ""
         add(
             "error",
             "ENCODING_MIXED",
-            f"the root mixes encodings: {zstd} zstd sessions and {len(plain)} plain ones "
-            f"({shown}{more}); DSH refuses a mixed root and dsh-fork will not write to it",
+            f"the root mixes encodings: {zstd} .jsonl.zstd and {len(plain)} .jsonl generation "
+            f"files ({shown}{more}); DSH refuses a mixed root and dsh-fork will not write to it",
         )
     for project in root.project_dirs():
         for name in _files(project):
