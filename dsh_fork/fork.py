@@ -151,13 +151,10 @@ def fork(
     assert child_id is not None
     result.created_at = clock()
     marker_time = result.created_at if boundary_time is None else boundary_time
+    header_line = _child_header(log, result)
     body = Body(frames=verbatim, tail=cut_lines + _marker(last + 1, marker_time))
-    published = publish(
-        ensure_session_dir(root.path, project_dir.name, encode_segment(child_id)),
-        _child_header(log, result),
-        body,
-        keep_lock=agents,
-    )
+    session_dir = ensure_session_dir(root.path, project_dir.name, encode_segment(child_id))
+    published = publish(session_dir, header_line, body, keep_lock=agents)
     result.path = published.path
     if agents:
         assert published.lock is not None
@@ -280,6 +277,10 @@ def _time_of(log: SessionLog, seq: int) -> int:
 def _check_child_id(root: Root, child_id: str) -> None:
     if child_id == "":
         raise UsageError("the child id must not be empty")
+    try:
+        child_id.encode()
+    except UnicodeEncodeError:
+        raise UsageError("the child id is not valid Unicode text") from None
     if len(encode_segment(child_id).encode()) > MAX_SEGMENT_BYTES:
         raise UsageError(
             f"the child id is too long for a directory name ({MAX_SEGMENT_BYTES} bytes once "

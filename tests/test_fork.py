@@ -502,6 +502,28 @@ def test_an_empty_child_id_is_a_usage_error(root: Path, clock: Clock) -> None:
         lib_fork(root, child_id="")
 
 
+@pytest.mark.parametrize(
+    ("child_id", "message"),
+    [
+        ("x" * 256, "the child id is too long for a directory name (255 bytes once encoded)"),
+        ("é" * 52, "the child id is too long for a directory name (255 bytes once encoded)"),
+        ("bad\udcff", "the child id is not valid Unicode text"),
+    ],
+)
+def test_a_child_id_that_cannot_name_a_directory_is_refused(
+    root: Path, clock: Clock, child_id: str, message: str
+) -> None:
+    three_turns(clock).publish(root)
+    before = tree_digest(root)
+
+    with pytest.raises(UsageError) as caught:
+        lib_fork(root, child_id=child_id)
+
+    assert caught.value.message == message
+    assert tree_digest(root) == before
+    assert lib_fork(root, child_id="x" * 255).inherited_events == 18
+
+
 def test_an_unknown_source_is_not_found(root: Path, clock: Clock) -> None:
     three_turns(clock).publish(root)
 
