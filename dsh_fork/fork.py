@@ -57,7 +57,6 @@ class ForkResult:
     path: Path | None
     project_dir: Path
     parent_session: str
-    source_path: Path
     boundary: int | None
     inherited_events: int
     agent_preset: str | None
@@ -128,7 +127,6 @@ def fork(
         path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
         project_dir=project_dir,
         parent_session=log.header.id,
-        source_path=generation.path,
         boundary=boundary,
         inherited_events=last + 1,
         agent_preset=facts.preset_at(last),
@@ -339,4 +337,9 @@ def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:
     result.warnings += summary.warnings
     partial = summary.partial()
     if partial is not None:
-        raise Partial(partial.message, partial.failed, result.to_json())
+        if result.dry_run:
+            message = f"dry run: the subagent copy would be partial: {partial.message}"
+        else:
+            message = f"forked {result.parent_session} into {result.child_id}, but "
+            message += f"the subagent copy is partial: {partial.message}"
+        raise Partial(message, partial.failed, result.to_json())

@@ -144,7 +144,9 @@ def test_an_uncatalogable_copy_makes_the_fork_partial(root: Path, clock: Clock) 
     assert result.exit_code == 10
     error = result.json()["error"]
     assert error["code"] == "PARTIAL"
-    assert error["message"] == "1 of 2 items failed"
+    assert error["message"] == (
+        f"forked {PARENT} into child, but the subagent copy is partial: 1 of 2 items failed"
+    )
     assert len(error["failed"]) == 1
     assert error["failed"][0]["code"] == "UNCATALOGABLE"
     assert error["result"]["child"]["id"] == "child"
@@ -175,6 +177,13 @@ def test_a_child_below_v4_is_a_failed_item_and_the_others_are_copied(
     write_spec_as(old, root, 3)
 
     with pytest.raises(Partial) as caught:
+        lib_fork(root, PARENT, dry_run=True)
+    assert (
+        caught.value.message == "dry run: the subagent copy would be partial: 1 of 2 items failed"
+    )
+    assert not Root(root).exists("child")
+
+    with pytest.raises(Partial) as caught:
         lib_fork(root, PARENT)
 
     assert caught.value.failed == [
@@ -189,6 +198,14 @@ def test_a_child_below_v4_is_a_failed_item_and_the_others_are_copied(
     assert [item["source"] for item in result["agents"]["copied"]] == ["session-good"]
     assert result["child"]["inheritedEvents"] == 12
     assert Root(root).exists("child")
+
+    shown = run_cli("--root", root, "fork", PARENT, "--id", "again", env={"DSH_HOME": ""})
+    assert shown.exit_code == 10
+    assert shown.stdout == ""
+    assert shown.stderr.splitlines() == [
+        f"Error: forked {PARENT} into again, but the subagent copy is partial: 1 of 2 items failed",
+        f"  failed: session-old: {caught.value.failed[0]['message']}",
+    ]
 
 
 def test_dry_run_plans_the_agents_and_writes_nothing(root: Path) -> None:
