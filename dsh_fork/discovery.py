@@ -20,7 +20,7 @@ from .generations import (
     parse_name,
     select,
 )
-from .layout import encode_segment, resolve_root
+from .layout import encode_segment, expand_home, resolve_root
 from .reader import peek_fields, read_header
 from .records import Header
 
@@ -265,12 +265,12 @@ def _inside(path: Path, root: Path) -> bool:
 def _existing_path(arg: str) -> Path | None:
     """The existing file or directory ``arg`` names, or None when it can only be an id.
 
-    ``~x`` of an unknown user, over-long names and the like are ids, not errors.
+    ``~x``, over-long names and the like are ids, not errors.
     """
     if not arg:
         return None
     try:
-        candidate = Path(arg).expanduser()
+        candidate = expand_home(arg)
         return candidate if candidate.exists() else None
     except (RuntimeError, OSError, ValueError):
         return None

@@ -85,18 +85,30 @@ def is_absolute_cwd(cwd: str) -> bool:
     return cwd.startswith("\\\\")
 
 
+def expand_home(value: str | os.PathLike[str]) -> Path:
+    """Expand a leading ``~`` or ``~/`` only, as DSH does (format §2.1).
+
+    ``~user`` forms are left alone: DSH does not expand them, and Python's ``expanduser``
+    would raise for an unknown user (an id such as ``~x`` must stay an id).
+    """
+    text = os.fspath(value)
+    if text == "~" or text.startswith("~/"):
+        return Path.home() / text[2:]
+    return Path(text)
+
+
 def resolve_home(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     value = env.get("DSH_HOME", "")
     if not value.strip():
         value = "~/.dsh"
-    return Path(value).expanduser().resolve()
+    return expand_home(value).resolve()
 
 
 def resolve_root(root: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Path:
     """``--root`` when given, else ``$DSH_HOME/sessions`` (contract §1.1)."""
     if root is not None:
-        return Path(root).expanduser().resolve()
+        return expand_home(root).resolve()
     return resolve_home(env) / "sessions"
 
 

@@ -404,3 +404,17 @@ def test_flat_files_in_a_project_dir_are_not_sessions(root: Path, clock: Clock) 
     with pytest.raises(SessionNotFound):
         locate("abc", str(root))
     assert os.path.exists(root / "--fixture-project--" / "abc.jsonl.zstd")
+
+
+def test_only_a_leading_tilde_is_expanded(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format §2.1: ``~`` and ``~/`` mean the home directory; ``~user`` is a plain name."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    SessionSpec(id="at-home", created_at=clock()).publish(tmp_path / "home" / "r")
+    SessionSpec(id="literal", created_at=clock()).publish(tmp_path / "~nobody" / "sessions")
+    assert locate("at-home", "~/r").root.path == (tmp_path / "home" / "r").resolve()
+    located = locate("literal", "~nobody/sessions")
+    assert located.root.path == (tmp_path / "~nobody" / "sessions").resolve()
+    assert locate("literal", None, {"DSH_HOME": "~nobody"}).root.path == located.root.path
