@@ -20,7 +20,7 @@ from . import frames as zframes
 from .errors import UsageError
 from .generations import canonical_name
 from .layout import encode_segment, project_dir_name
-from .records import encode_header
+from .records import dumps_record, encode_header
 from .writer import Body, ensure_session_dir, publish
 
 FIXTURE_EPOCH_MS = 1767225600000  # 2026-01-01T00:00:00Z
@@ -56,7 +56,7 @@ class Ids:
 
 def _line(event_type: str, seq: int, time: int, data: Any, extra: dict[str, Any]) -> bytes:
     obj: dict[str, Any] = {"type": event_type, "seq": seq, "time": time, "data": data, **extra}
-    return orjson.dumps(obj) + b"\n"
+    return dumps_record(obj) + b"\n"
 
 
 @dataclass

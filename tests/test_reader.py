@@ -497,3 +497,17 @@ def test_a_torn_tail_without_a_complete_block_recovers_nothing(root: Path, clock
     assert log.torn is not None
     assert (log.torn.size, log.torn.recovered) == (10, ())
     assert parse_recovered(log) == []
+
+
+def test_lone_surrogates_and_invalid_utf8_are_read_and_kept_as_stored(
+    root: Path, clock: Clock
+) -> None:
+    spec = SessionSpec(id="odd-text", created_at=clock())
+    spec.add("session/title", clock(), {"title": "a\ud800b", "messageSeqs": []})
+    spec.add_raw(b'{"type":"session/title","seq":1,"time":5,"data":{"title":"caf\xe9"}}')
+    log = open_log(current(spec.publish(root)))
+    first, second = log.event(0), log.event(1)
+    assert first.data["title"] == "a\ud800b" and first.lenient
+    assert first.raw is not None and b'"a\\ud800b"' in first.raw
+    assert second.data["title"] == "caf\ufffd" and second.lenient
+    assert stored_lines(log) == spec.lines
