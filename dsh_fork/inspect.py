@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from .validation import (
     binding_problem,
     counts,
     file_findings,
+    paused_gc,
     stale_findings,
     survey_generation,
 )
@@ -367,20 +369,30 @@ def inspect_session(located: Located, *, events: bool) -> InspectReport:
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
     validator = Validator(log.header, log.version)
-    by_type: dict[str, int] = {}
+    feed = validator.feed
+    types: list[str] = []
     model_events: list[Event] = []
+    last_request: Event | None = None  # request headers can be large: keep only the latest
     lines: list[EventLine] | None = [] if events else None
     try:
-        for ev in log.events():
-            validator.feed(ev)
-            kind = ev.type
-            by_type[kind] = by_type.get(kind, 0) + 1
-            if kind in MODEL_TYPES:
-                model_events.append(ev)
-            if lines is not None:
-                lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
+        with paused_gc():
+            for ev in log.events():
+                feed(ev)
+                kind = ev.type
+                types.append(kind)
+                if kind in MODEL_TYPES:
+                    if kind == "request/header":
+                        last_request = ev
+                    else:
+                        model_events.append(ev)
+                if lines is not None:
+                    lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
+    by_type = Counter(types)
+    del types
+    if last_request is not None:
+        model_events.append(last_request)
     facts = derive(log.header, log.event_count, model_events)
     facts.torn = log.torn
     del model_events
