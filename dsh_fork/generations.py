@@ -60,23 +60,32 @@ def is_temp_name(name: str) -> bool:
 
 
 def list_generations(session_dir: Path) -> list[Generation]:
-    """Every canonical generation file of a dir, lowest version first."""
+    """Every canonical generation file of a dir, lowest version first.
+
+    Called once per session dir when a root is listed, so it stays lean: a prefix test before
+    the name pattern, and paths built from the dir rather than parsed from strings.
+    """
     found: list[Generation] = []
     try:
-        entries = list(os.scandir(session_dir))
+        scan = os.scandir(session_dir)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    for entry in entries:
-        parsed = parse_name(entry.name)
-        if parsed is None:
-            continue
-        try:
-            if not entry.is_file():
+    with scan:
+        for entry in scan:
+            name = entry.name
+            if not name.startswith("session."):  # every canonical name does
                 continue
-        except OSError:
-            continue
-        found.append(Generation(Path(entry.path), parsed[0], parsed[1]))
-    found.sort(key=lambda g: (g.version, g.encoding == "zstd"))
+            parsed = parse_name(name)
+            if parsed is None:
+                continue
+            try:
+                if not entry.is_file():
+                    continue
+            except OSError:
+                continue
+            found.append(Generation(session_dir / name, parsed[0], parsed[1]))
+    if len(found) > 1:
+        found.sort(key=lambda g: (g.version, g.encoding == "zstd"))
     return found
 
 
