@@ -380,3 +380,67 @@ def test_help_has_an_example() -> None:
     result = run_cli("doctor", "--help")
     assert result.exit_code == 0
     assert "Example: dsh-fork" in result.stdout
+
+
+def test_the_generation_scan_fixture_set(root: Path, clock: Clock) -> None:
+    """Semantics §10.1: the peer plugin's generation-scan fixtures, read by doctor."""
+    parent = spec_of("parent", cwd="/fx")
+    parent.turn(clock)
+
+    def child(session_id: str, cwd: str = "/fx", parent_id: str = "parent") -> SessionSpec:
+        spec = spec_of(session_id, cwd=cwd, parent=parent_id, origin="subagent", depth=1)
+        spec.descriptor(clock, session_id)
+        spec.turn(clock)
+        return spec
+
+    child("child-a").publish(root)
+    write_spec_as(child("child-b"), root, 3)
+    write_spec_as(child("child-g"), root, 0)
+    write_spec_as(child("child-f"), root, 9)
+    d_new = child("child-d")
+    d_new.turn(clock)
+    d_dir = d_new.publish(root)
+    d_old = write_spec_as(child("child-d"), root, 3)
+    os.utime(d_old, ns=((d_dir / CURRENT_NAME).stat().st_mtime_ns + 10**9,) * 2)
+    child("child-c", parent_id="other").publish(root)
+    e_dir = root / "--fx--" / "child-e"
+    e_dir.mkdir()
+    (e_dir / "session.v4.jsonl.txt").write_bytes(b"")
+    h_dir = root / "--fx--" / "child-h"
+    h_dir.mkdir()
+    for name in (
+        "session.v0.jsonl.zstd",
+        "session.v04.jsonl.zstd",
+        "session.V4.jsonl.zstd",
+        "session.v4.jsonl.zstd.tmp",
+        "session.v4.jsonl.zstd.repair",
+    ):
+        (h_dir / name).write_bytes(b"")
+    child("child-x", cwd="/other").publish(root)
+    (root / "--fx--" / "loose-file").write_bytes(b"")
+    (root / "stray").write_bytes(b"")
+    for kid in ("child-a", "child-b", "child-d", "child-f", "child-x"):
+        parent.catalog(clock, spec_of(kid), label=kid)
+    parent.publish(root)
+
+    status, report = doctor_json(root)
+    assert status == 0
+    assert report["sessions"] == 8
+    found = [
+        (f["severity"], f.get("session") or Path(f["path"]).name, f["code"])
+        for f in report["findings"]
+    ]
+    assert found == [
+        ("info", "child-e", "EMPTY_DIR"),
+        ("info", "session.v4.jsonl.zstd.repair", "LEFTOVER_TEMP"),
+        ("info", "session.v4.jsonl.zstd.tmp", "LEFTOVER_TEMP"),
+        ("info", "child-h", "EMPTY_DIR"),
+        ("info", "child-b", "OLD_GENERATION"),
+        ("warning", "child-c", "ORPHAN"),
+        ("warning", "child-d", "STALE_GENERATION"),
+        ("warning", "child-f", "FUTURE_GENERATION"),
+        ("info", "child-g", "OLD_GENERATION"),
+        ("warning", "parent", "NOT_CATALOGUED"),
+    ]
+    not_catalogued = report["findings"][-1]["message"]
+    assert not_catalogued.startswith("subagent child child-g is on disk")
