@@ -275,10 +275,6 @@ def _time_of(log: SessionLog, seq: int) -> int:
 def _check_child_id(root: Root, child_id: str) -> None:
     if child_id == "":
         raise UsageError("the child id must not be empty")
-    try:
-        child_id.encode()
-    except UnicodeEncodeError:
-        raise UsageError("the child id is not valid Unicode text") from None
     if len(encode_segment(child_id).encode()) > MAX_SEGMENT_BYTES:
         raise UsageError(
             f"the child id is too long for a directory name ({MAX_SEGMENT_BYTES} bytes once "
