@@ -283,7 +283,8 @@ class InspectReport:
         cut = self.facts.cut
         return self.facts.pending_inbox(through=cut - 1) if cut > 0 else []
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, with_events: bool = True) -> dict[str, Any]:
+        """The ``--json`` document; ``with_events=False`` leaves out the event list."""
         log, facts = self.log, self.facts
         chosen = log.generation
         provider, model = facts.provider_model
@@ -334,7 +335,7 @@ class InspectReport:
             "findings": [f.to_json() for f in self.findings],
             "counts": counts(self.findings),
         }
-        if self.event_lines is not None:
+        if self.event_lines is not None and with_events:
             out["eventList"] = [line.to_json() for line in self.event_lines]
         return out
 

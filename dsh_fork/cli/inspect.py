@@ -47,8 +47,7 @@ def _section(out: Out, title: str, rows: Sequence[tuple[str, Any]]) -> None:
     out.line()
 
 
-def _overview(out: Out, report: InspectReport) -> None:
-    data = report.to_json()
+def _overview(out: Out, report: InspectReport, data: dict[str, Any]) -> None:
     gen = data["generation"]
     binding = "ok" if report.binding is None else f"MISMATCH: {report.binding}"
     frames = data["frames"]
@@ -82,7 +81,7 @@ def _overview(out: Out, report: InspectReport) -> None:
     _section(out, "Header", [(key, _value(value)) for key, value in report.header.items()])
 
 
-def _generations(out: Out, report: InspectReport) -> None:
+def _generations(out: Out, report: InspectReport, data: dict[str, Any]) -> None:
     rows = [
         [
             ("* " if g["chosen"] else "  ") + g["file"],
@@ -93,7 +92,7 @@ def _generations(out: Out, report: InspectReport) -> None:
             g["turnEnds"],
             g.get("error"),
         ]
-        for g in report.to_json()["generations"]
+        for g in data["generations"]
     ]
     columns = ["file", "version", "bytes", "mtime", "events", "turn/end", "error"]
     out.table("Generations (* = chosen)", columns, rows)
@@ -108,8 +107,7 @@ def _events(out: Out, report: InspectReport) -> None:
     out.line()
 
 
-def _turns(out: Out, report: InspectReport) -> None:
-    data = report.to_json()
+def _turns(out: Out, report: InspectReport, data: dict[str, Any]) -> None:
     facts = report.facts
     open_turn = data["turns"]["open"]
     if open_turn is None:
@@ -182,10 +180,11 @@ def _event_list(out: Out, report: InspectReport) -> None:
 
 
 def render(out: Out, report: InspectReport) -> None:
-    _overview(out, report)
-    _generations(out, report)
+    data = report.to_json(with_events=False)
+    _overview(out, report, data)
+    _generations(out, report, data)
     _events(out, report)
-    _turns(out, report)
+    _turns(out, report, data)
     _findings(out, report)
     if report.event_lines is not None:
         _event_list(out, report)
