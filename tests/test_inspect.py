@@ -462,3 +462,47 @@ def test_help_has_an_example(flag: str) -> None:
     result = run_cli("inspect", flag)
     assert result.exit_code == 0
     assert "Example: dsh-fork inspect" in result.stdout
+
+
+def test_older_and_plain_generations_are_read(root: Path, clock: Clock) -> None:
+    old = spec_of("session-old")
+    old.turn(clock)
+    write_spec_as(old, root, 3)
+    report = inspect_json(root, "session-old")
+    assert report["generation"] == {
+        "version": 3,
+        "file": "session.v3.jsonl.zstd",
+        "encoding": "zstd",
+    }
+    assert report["turns"]["completed"] == 1
+    assert [(f["severity"], f["code"]) for f in report["findings"]] == [("info", "OLD_GENERATION")]
+    plain = spec_of("session-plain", cwd="/plain")
+    plain.turn(clock)
+    write_spec_as(plain, root, 4, encoding="plain")
+    report = inspect_json(root, "session-plain")
+    assert report["frames"] is None
+    assert report["rootEncoding"] == "mixed"
+    assert report["events"]["total"] == 6
+    human = run_cli("--root", root, "inspect", "session-plain").stdout
+    assert "  frames         plain text log (no frames)\n" in human
+
+
+def test_v0_packed_rows_are_expanded(root: Path, clock: Clock) -> None:
+    spec = spec_of("session-v0")
+    spec.add("turn/start", clock(), {"turn": 1})
+    spec.add_raw(
+        b'{"type":"text-chunks","seq0":1,"time0":500,"data":{"turn":1,"step":1,"index":0,'
+        b'"dt":[4,-1],"texts":["Hel","lo"," world"]}}'
+    )
+    spec.lines.append(b'{"type":"turn/end","seq":4,"time":600,"data":{"turn":1}}\n')
+    write_spec_as(spec, root, 0)
+    report = inspect_json(root, "session-v0", "--events")
+    assert report["events"]["byType"] == {"assistant/chunk": 3, "turn/end": 1, "turn/start": 1}
+    assert [e["time"] for e in report["eventList"]] == [
+        report["eventList"][0]["time"],
+        500,
+        504,
+        503,
+        600,
+    ]
+    assert report["boundaries"]["turnEnds"] == [4]
