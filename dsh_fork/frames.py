@@ -17,6 +17,7 @@ ZSTD_MAGIC = 0xFD2FB528
 COMPRESSION_LEVEL = 3
 TARGET_FRAME_BYTES = 64 * 1024
 MAX_BLOCK_SIZE = 128 * 1024
+_MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
 
@@ -61,6 +62,9 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
         start = pos
         index = len(frames)
         if size - pos < 4:
+            # A torn write leaves a prefix of the magic; other short bytes are garbage.
+            if not _MAGIC_BYTES.startswith(bytes(buf[pos:])):
+                raise _corrupt("bad frame magic", pos, index)
             return FrameScan(tuple(frames), start, size)
         magic = int.from_bytes(buf[pos : pos + 4], "little")
         if magic != ZSTD_MAGIC:
@@ -122,15 +126,23 @@ def decode(data: bytes | memoryview, frame: Frame, index: int = 0) -> bytes:
 def decode_torn(data: bytes | memoryview, start: int, index: int = 0) -> bytes:
     """Whatever plaintext an incomplete final frame yields (flush mode); may be empty.
 
-    A genuinely torn frame is a prefix of a valid frame, so it decodes without error. Bytes
-    that do not are a damaged frame header or block size (a bit flip that made a middle frame
-    look longer than the file): corruption, never a torn tail that a writer would truncate.
+    A torn write leaves a prefix of a valid frame, which decodes without error; after a power
+    loss the tail may also be zero-filled, which does not decode and recovers nothing. But a
+    "torn frame" that does not decode and holds another frame's magic is a damaged header or
+    block size in a middle frame (a bit flip that makes it claim the rest of the file):
+    corruption, never a torn tail that a writer would truncate together with later frames.
     """
     obj = _DECOMPRESSOR.decompressobj()
     try:
         return bytes(obj.decompress(data[start:]))
     except zstandard.ZstdError as exc:
-        raise _corrupt(f"incomplete final frame does not decode ({exc})", start, index) from None
+        if bytes(data).find(_MAGIC_BYTES, start + 1) != -1:
+            raise _corrupt(
+                f"incomplete frame does not decode and is followed by frames ({exc})",
+                start,
+                index,
+            ) from None
+        return b""
 
 
 def encode(plaintext: bytes) -> bytes:

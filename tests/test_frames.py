@@ -6,6 +6,7 @@ every outcome is checked against the decompressed lines the fixture wrote.
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -220,6 +221,33 @@ def test_bad_magic_names_offset_and_frame(tmp_path: Path) -> None:
     assert caught.value.details["offset"] == len(data)
     assert caught.value.details["frame"] == 3
     assert "bad frame magic" in caught.value.message
+
+
+def block_frame(plaintexts: list[bytes]) -> bytes:
+    """One frame with one compressed block per plaintext."""
+    compressor = zstandard.ZstdCompressor(write_checksum=True).compressobj()
+    parts = []
+    for text in plaintexts:
+        parts.append(compressor.compress(text))
+        parts.append(compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
+def test_a_damaged_torn_frame_recovers_nothing_but_stays_a_torn_tail(tmp_path: Path) -> None:
+    """Damage inside the incomplete last frame is what DSH's flush-mode decode also meets:
+    nothing is recovered, and the tail is still torn (a write truncates it)."""
+    data = valid_log()
+    texts = [event_line(4 + k, hashlib.sha256(bytes([k])).hexdigest() * 3) for k in range(3)]
+    frame = bytearray(block_frame(texts))
+    frame[20] ^= 0xFF  # inside the first block's compressed payload
+    torn = bytes(frame[: len(frame) - 20])
+    with pytest.raises(zstandard.ZstdError):
+        zstandard.ZstdDecompressor().decompressobj().decompress(torn)
+    log = open_bytes(gen_at(tmp_path), data + torn)
+    assert log.torn is not None
+    assert (log.torn.offset, log.torn.recovered) == (len(data), ())
+    assert log.event_count == 4
 
 
 def test_a_magic_prefix_alone_is_a_torn_tail(tmp_path: Path) -> None:
