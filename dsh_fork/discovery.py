@@ -15,62 +15,187 @@ from typing import Literal
 from .errors import CorruptLog, DshForkError, SessionNotFound, UnsupportedFormat, UsageError
 from .generations import (
     SUPPORTED_VERSION,
+    Encoding,
     Generation,
     list_generations,
     parse_name,
+    scan_names,
     select,
 )
 from .layout import encode_segment, expand_home, resolve_root
-from .reader import peek_fields, read_header
-from .records import Header
+from .reader import peek_fields, read_header, read_header_line
+from .records import Header, LineError, parse_header, parse_line
 
 RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
 
 
-@dataclass
 class SessionEntry:
-    """One session dir of the root, as listing sees it: its highest generation and header."""
+    """One session dir of the root, as listing sees it: its highest generation and header.
 
-    session_dir: Path
-    generations: list[Generation]
-    header: Header | None = None
-    error: DshForkError | None = None
-    raw_fields: dict[str, object] | None = None
+    Entries made by ``Root.entries`` are lazy: the dir path, the ``Generation`` objects and
+    the validated header are built on first use. Lineage (id, parent, origin, createdAt) is
+    answered from the raw header fields, which give the same answers as the validated header
+    (and as ``raw_fields`` when it is invalid), so finding the children of one session in a
+    root of ten thousand validates only those children.
+    """
+
+    __slots__ = (
+        "_dir",
+        "_dir_text",
+        "_error",
+        "_generations",
+        "_header",
+        "_line",
+        "_listed",
+        "_names",
+        "_raw",
+        "_raw_fields",
+    )
+
+    def __init__(
+        self,
+        session_dir: Path,
+        generations: list[Generation],
+        header: Header | None = None,
+        error: DshForkError | None = None,
+        raw_fields: dict[str, object] | None = None,
+    ) -> None:
+        self._dir: Path | None = session_dir
+        self._dir_text = ""
+        self._names: list[tuple[int, Encoding, str]] = []
+        self._generations: list[Generation] | None = generations
+        self._header = header
+        self._error = error
+        self._raw_fields = raw_fields
+        self._line: bytes | None = None
+        self._raw: dict[str, object] | None = None
+        self._listed = False
+
+    @classmethod
+    def _from_listing(cls, dir_text: str, names: list[tuple[int, Encoding, str]]) -> SessionEntry:
+        entry = cls.__new__(cls)
+        entry._dir = None
+        entry._dir_text = dir_text
+        entry._names = names
+        entry._generations = None
+        entry._header = None
+        entry._error = None
+        entry._raw_fields = None
+        entry._line = None
+        entry._raw = None
+        entry._listed = True
+        return entry
+
+    def __repr__(self) -> str:
+        return f"SessionEntry({self.session_dir!s}, id={self.id!r})"
+
+    # -- paths and generations --------------------------------------------------------------
+
+    @property
+    def session_dir(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(self._dir_text)
+        return self._dir
+
+    @property
+    def generations(self) -> list[Generation]:
+        if self._generations is None:
+            base = self.session_dir
+            self._generations = [Generation(base / name, v, e) for v, e, name in self._names]
+        return self._generations
 
     @property
     def generation(self) -> Generation | None:
         return select(self.generations)
 
     @property
+    def encodings(self) -> set[str]:
+        if self._generations is None:
+            return {encoding for _, encoding, _ in self._names}
+        return {g.encoding for g in self._generations}
+
+    @property
     def project(self) -> str:
         return self.session_dir.parent.name
 
+    # -- header -----------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        line, self._line = self._line, None
+        generation = self.generation
+        if line is None or generation is None:
+            return
+        try:
+            self._header = parse_header(line, generation.version, where=str(generation.path))
+        except DshForkError as exc:
+            self._error = exc
+            self._raw_fields = self._raw  # what peek_fields would read from the same line
+
+    @property
+    def header(self) -> Header | None:
+        if self._line is not None:
+            self._validate()
+        return self._header
+
+    @header.setter
+    def header(self, value: Header | None) -> None:
+        self._line = None
+        self._header = value
+
+    @property
+    def error(self) -> DshForkError | None:
+        if self._line is not None:
+            self._validate()
+        return self._error
+
+    @error.setter
+    def error(self, value: DshForkError | None) -> None:
+        self._line = None
+        self._error = value
+
+    @property
+    def raw_fields(self) -> dict[str, object] | None:
+        if self._line is not None:
+            self._validate()
+        return self._raw_fields
+
+    @raw_fields.setter
+    def raw_fields(self, value: dict[str, object] | None) -> None:
+        self._raw_fields = value
+
+    # -- lineage ----------------------------------------------------------------------------
+
+    def _lineage(self) -> dict[str, object]:
+        if self._listed and self._error is None:
+            return self._raw or {}
+        header = self.header
+        if header is not None:
+            return header.fields
+        return self.raw_fields or {}
+
     @property
     def id(self) -> str | None:
-        if self.header is not None:
-            return self.header.id
-        value = (self.raw_fields or {}).get("id")
+        value = self._lineage().get("id")
         return value if isinstance(value, str) else None
 
     @property
     def parent(self) -> str | None:
-        if self.header is not None:
-            return self.header.parent_session
-        value = (self.raw_fields or {}).get("parentSession")
+        value = self._lineage().get("parentSession")
         return value if isinstance(value, str) else None
 
     @property
     def is_subagent(self) -> bool:
-        if self.header is not None:
-            return self.header.is_subagent
-        return (self.raw_fields or {}).get("origin") == "subagent" and self.parent is not None
+        return self._lineage().get("origin") == "subagent" and self.parent is not None
 
     @property
     def created_at(self) -> int:
-        if self.header is not None:
-            return self.header.created_at
-        value = (self.raw_fields or {}).get("createdAt")
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        value = self._lineage().get("createdAt")
+        if type(value) is int:
+            return value
+        header = self.header  # 5.0 and the like: the validated header decides
+        if header is not None:
+            return header.created_at
+        return 0
 
 
 @dataclass
@@ -92,31 +217,23 @@ class Root:
 
     def candidate_dirs(self) -> Iterator[Path]:
         for project in self.project_dirs():
-            try:
-                entries = sorted(os.scandir(project), key=lambda e: e.name)
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.is_dir():
-                    yield Path(entry.path)
+            for name in _subdir_names(project):
+                yield project / name
 
     def entries(self) -> list[SessionEntry]:
-        """Every session of the root with its header (or the error reading it); cached."""
+        """Every session of the root with its header (or the error reading it); cached.
+
+        Reads the header frame of each session and nothing else; see ``SessionEntry`` for
+        what is deferred until used.
+        """
         if self._entries is None:
             found: list[SessionEntry] = []
-            for session_dir in self.candidate_dirs():
-                generations = list_generations(session_dir)
-                if not generations:
-                    continue
-                entry = SessionEntry(session_dir, generations)
-                try:
-                    entry.header = read_header(generations[-1])
-                except DshForkError as exc:
-                    entry.error = exc
-                    entry.raw_fields = peek_fields(generations[-1])
-                except OSError as exc:
-                    entry.error = CorruptLog(f"{session_dir}: unreadable ({exc.strerror})")
-                found.append(entry)
+            for project in self.project_dirs():
+                base = str(project)
+                for name in _subdir_names(project):
+                    entry = _list_entry(os.path.join(base, name))
+                    if entry is not None:
+                        found.append(entry)
             self._entries = found
         return self._entries
 
@@ -124,7 +241,8 @@ class Root:
         """The set of suffixes of every canonical generation in the root (format §4)."""
         seen: set[str] = set()
         if self._entries is not None:  # the listing already walked every session dir
-            seen.update(g.encoding for e in self._entries for g in e.generations)
+            for entry in self._entries:
+                seen.update(entry.encodings)
             if len(seen) == 2:
                 return "mixed"
         for session_dir in () if self._entries is not None else self.candidate_dirs():
@@ -237,6 +355,47 @@ class Root:
         self._entries = None
         self._children = None
         self._by_id = None
+
+
+def _subdir_names(project: Path) -> list[str]:
+    """Names of the directories in a project dir, sorted: the candidate session dirs."""
+    try:
+        with os.scandir(project) as scan:
+            return sorted(entry.name for entry in scan if entry.is_dir())
+    except OSError:
+        return []
+
+
+def _list_entry(dir_text: str) -> SessionEntry | None:
+    """One candidate session dir, as cheaply as listing allows: its generation names and the
+    raw header line of the highest one (validated later, on first use)."""
+    names = scan_names(dir_text)
+    if not names:
+        return None
+    entry = SessionEntry._from_listing(dir_text, names)
+    version, encoding, name = names[-1]
+    try:
+        if version > SUPPORTED_VERSION:
+            generation = entry.generation
+            assert generation is not None
+            read_header(generation)  # raises the future-generation refusal
+        line = read_header_line(os.path.join(dir_text, name), encoding)
+    except DshForkError as exc:
+        entry.error = exc
+        generation = entry.generation
+        assert generation is not None
+        entry.raw_fields = peek_fields(generation)
+        return entry
+    except OSError as exc:
+        entry.error = CorruptLog(f"{dir_text}: unreadable ({exc.strerror})")
+        return entry
+    entry._line = line
+    try:
+        value, _ = parse_line(line)
+    except LineError:
+        value = None
+    entry._raw = value if isinstance(value, dict) else None
+    return entry
 
 
 def _order(entry: SessionEntry) -> tuple[int, str]:

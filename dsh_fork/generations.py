@@ -59,13 +59,13 @@ def is_temp_name(name: str) -> bool:
     return _TEMP.fullmatch(name) is not None
 
 
-def list_generations(session_dir: Path) -> list[Generation]:
-    """Every canonical generation file of a dir, lowest version first.
+def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding, str]]:
+    """(version, encoding, name) of every canonical generation file of a dir, lowest first.
 
     Called once per session dir when a root is listed, so it stays lean: a prefix test before
-    the name pattern, and paths built from the dir rather than parsed from strings.
+    the name pattern, and no path objects.
     """
-    found: list[Generation] = []
+    found: list[tuple[int, Encoding, str]] = []
     try:
         scan = os.scandir(session_dir)
     except (FileNotFoundError, NotADirectoryError):
@@ -83,10 +83,15 @@ def list_generations(session_dir: Path) -> list[Generation]:
                     continue
             except OSError:
                 continue
-            found.append(Generation(session_dir / name, parsed[0], parsed[1]))
+            found.append((parsed[0], parsed[1], name))
     if len(found) > 1:
-        found.sort(key=lambda g: (g.version, g.encoding == "zstd"))
+        found.sort(key=lambda g: (g[0], g[1] == "zstd"))
     return found
+
+
+def list_generations(session_dir: Path) -> list[Generation]:
+    """Every canonical generation file of a dir, lowest version first."""
+    return [Generation(session_dir / name, v, e) for v, e, name in scan_names(session_dir)]
 
 
 def select(generations: list[Generation]) -> Generation | None:

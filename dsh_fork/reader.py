@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import frames as zframes
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
-from .generations import SUPPORTED_VERSION, Generation, list_generations, select
+from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
 from .records import (
     Event,
     Header,
@@ -293,22 +293,29 @@ def _check_version(generation: Generation) -> None:
 def read_header(generation: Generation) -> Header:
     """The header alone: the first frame (or first line) only, as DSH lists sessions."""
     _check_version(generation)
-    where = str(generation.path)
+    line = read_header_line(generation.path, generation.encoding)
+    return parse_header(line, generation.version, where=str(generation.path))
+
+
+def read_header_line(path: str | Path, encoding: Encoding) -> bytes:
+    """The stored header line (without 0x0A): frame 1 (or line 1) only, container checked,
+    the record itself not yet validated (``parse_header`` does that)."""
+    where = str(path)
     # Unbuffered reads: listing a root calls this once per session, and a buffered file
     # object costs more than the read itself. A header frame is rarely above a few hundred
     # bytes, so the first read is small and a longer header just takes more reads.
-    fd = os.open(generation.path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         data = os.read(fd, HEADER_FIRST_READ)
         while True:
-            if generation.encoding == "plain":
+            if encoding == "plain":
                 end = data.find(b"\n")
                 if end != -1:
-                    return parse_header(data[:end], generation.version, where=where)
+                    return data[:end]
             else:
                 scan = zframes.scan(data, limit=1)
                 if scan.frames:
-                    return _header_from_frame(data, scan.frames[0], generation, where)
+                    return _header_line(data, scan.frames[0], where)
             more = os.read(fd, max(len(data), HEADER_PROBE_BYTES))
             if not more:
                 raise CorruptLog(f"{where}: no complete header", path=where)
@@ -335,13 +342,17 @@ def peek_fields(generation: Generation) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _header_from_frame(
-    data: bytes, frame: zframes.Frame, generation: Generation, where: str
-) -> Header:
+def _header_line(data: bytes, frame: zframes.Frame, where: str) -> bytes:
     plaintext = zframes.decode(data, frame, 0)
     if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
         raise CorruptLog(f"{where}: first frame is not exactly one header line", frame=0)
-    return parse_header(plaintext[:-1], generation.version, where=where)
+    return plaintext[:-1]
+
+
+def _header_from_frame(
+    data: bytes, frame: zframes.Frame, generation: Generation, where: str
+) -> Header:
+    return parse_header(_header_line(data, frame, where), generation.version, where=where)
 
 
 def open_log(
