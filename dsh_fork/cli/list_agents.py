@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..agents import AgentRow, AgentTree, list_agents_arg
 from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+
+if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
+    from ..agents import AgentRow, AgentTree
 
 COLUMNS = (
     "id",
@@ -103,6 +105,8 @@ def list_agents(
 
     Example: dsh-fork list-agents session-6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f --recursive
     """
+    from ..agents import list_agents_arg
+
     out = Out(json_mode)
     tree = run(out, lambda: list_agents_arg(session, root_of(root), recursive=recursive))
     for warning in tree.warnings:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import UsageError
-from ..relink import RelinkAllResult, RelinkSummary, relink_all_arg, relink_arg
 from .base import JSON_HELP, ROOT_HELP, Out, app, fail, root_of, run
+
+if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
+    from ..relink import RelinkAllResult, RelinkSummary
 
 Progress = Callable[[int, int, str], None]
 
@@ -121,6 +124,8 @@ def relink(
 
     Example: dsh-fork relink session-6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f --dry-run
     """
+    from ..relink import relink_all_arg, relink_arg
+
     out = Out(json_mode)
     if all_forks == (fork_child is not None):
         fail(out, UsageError("give either FORK_CHILD or --all"))
