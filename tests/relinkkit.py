@@ -1,0 +1,190 @@
+"""Scenario building blocks for the relink and list-agents tests (semantics §10.4, §10.5).
+
+Everything is written with the project's own fixture layer (``SessionSpec``); a fork child is
+made the way DSH and ``dsh-fork fork`` make one: the parent's lines through a boundary,
+byte for byte, then ``session/end-seed {"inherited": true}`` with the boundary's time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from conftest import log_events, log_header, log_lines
+
+from dsh_fork.discovery import Root
+from dsh_fork.fixtures import Clock, Ids, SessionSpec
+from dsh_fork.generations import CURRENT_NAME
+from dsh_fork.layout import encode_segment, project_dir_name
+from dsh_fork.locking import probe
+from dsh_fork.relink import RelinkSummary, relink
+from dsh_fork.validation import validate_dir
+
+CWD = "/home/u/proj"
+NOW = 1_800_000_000_000
+"""The relink clock starts here, far after every fixture time."""
+
+
+def time_of(spec: SessionSpec, seq: int) -> int:
+    value: int = orjson.loads(spec.lines[seq])["time"]
+    return value
+
+
+def session_path(root: Path, spec: SessionSpec) -> Path:
+    return root / project_dir_name(spec.cwd) / encode_segment(spec.id) / CURRENT_NAME
+
+
+def subagent(
+    clock: Clock,
+    session_id: str,
+    parent: SessionSpec | str,
+    *,
+    label: str | None = "helper",
+    turns: int = 1,
+    cwd: str = CWD,
+    created_at: int | None = None,
+    descriptor: bool = True,
+    **descriptor_options: Any,
+) -> SessionSpec:
+    """A completed subagent child: a v3 descriptor, then ``turns`` turns."""
+    parent_id = parent if isinstance(parent, str) else parent.id
+    depth = 1 if isinstance(parent, str) else parent.depth + 1
+    spec = SessionSpec(
+        id=session_id,
+        created_at=clock() if created_at is None else created_at,
+        cwd=cwd,
+        parent=parent_id,
+        origin="subagent",
+        depth=depth,
+    )
+    if descriptor:
+        spec.descriptor(clock, label, **descriptor_options)
+    for _ in range(turns):
+        spec.turn(clock)
+    spec.flush()
+    return spec
+
+
+def fork_of(
+    parent: SessionSpec,
+    fork_id: str,
+    created_at: int,
+    *,
+    at: int | None = None,
+    origin: str | None = None,
+) -> SessionSpec:
+    """A fork child of ``parent`` at boundary ``at`` (default: its last event)."""
+    boundary = parent.seq - 1 if at is None else at
+    spec = SessionSpec(
+        id=fork_id,
+        created_at=created_at,
+        cwd=parent.cwd,
+        parent=parent.id,
+        origin=origin,
+        depth=parent.depth if origin else 0,
+        is_seeded=True,
+    )
+    spec.lines = list(parent.lines[: boundary + 1])
+    spec.end_seed(time_of(parent, boundary))
+    return spec
+
+
+def legacy_copy(
+    source: SessionSpec,
+    copy_id: str,
+    parent: SessionSpec,
+    created_at: int,
+    *,
+    own_descriptor: bool = True,
+) -> SessionSpec:
+    """A copy made by an older tool: the source's lines through its last turn/end, the
+    tagged marker, and (optionally) the descriptor again in its own range."""
+    ends = [i for i, line in enumerate(source.lines) if b'"turn/end"' in line]
+    last = ends[-1]
+    spec = SessionSpec(
+        id=copy_id,
+        created_at=created_at,
+        cwd=source.cwd,
+        parent=parent.id,
+        origin="subagent",
+        depth=parent.depth + 1,
+        is_seeded=True,
+    )
+    spec.lines = list(source.lines[: last + 1])
+    spec.end_seed(time_of(source, last))
+    if own_descriptor:
+        descriptor = next(
+            orjson.loads(line)["data"] for line in source.lines if b"subagent/descriptor" in line
+        )
+        spec.add("subagent/descriptor", created_at, descriptor)
+    return spec
+
+
+def run(root: Path, fork_id: str, **options: Any) -> RelinkSummary:
+    """relink through the library with a deterministic clock and ids."""
+    located = Root(root)
+    options.setdefault("clock", Clock(NOW, 1))
+    options.setdefault("new_id", Ids(77))
+    return relink(located, located.find(fork_id), **options)
+
+
+# -- reading results ------------------------------------------------------------------------
+
+
+def digests(root: Path) -> dict[str, str]:
+    """sha256 of every session log of the root, by session dir (relative)."""
+    return {
+        str(path.parent.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.glob("*/*/session.*"))
+        if not path.name.endswith(".lock")
+    }
+
+
+def log_of(root: Path, session_id: str) -> Path:
+    return Root(root).find(session_id) / CURRENT_NAME
+
+
+def own_catalog(path: Path) -> list[dict[str, Any]]:
+    events = log_events(path)
+    markers = [e["seq"] for e in events if e["type"] == "session/end-seed" and e["data"]]
+    cut = markers[-1] if markers else 0
+    return [e["data"] for e in events if e["type"] == "subagent/catalog" and e["seq"] >= cut]
+
+
+def children_on_disk(root: Path, parent_id: str) -> list[str]:
+    return [e.id or "" for e in Root(root).children_of(parent_id)]
+
+
+def errors_of(session_dir: Path) -> list[str]:
+    return [f"{f.code}: {f.message}" for f in validate_dir(session_dir) if f.severity == "error"]
+
+
+def assert_clean(root: Path) -> None:
+    """Every session of the root passes the v4 checklist and no lock is held."""
+    for entry in Root(root).entries():
+        if entry.generation is None or entry.generation.version != 4:
+            continue
+        assert errors_of(entry.session_dir) == [], entry.id
+        assert probe(entry.session_dir) != "held", entry.id
+
+
+def oplog_lines(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+@dataclass
+class CopyView:
+    """A copy as the tests look at it: its header, decompressed lines and events."""
+
+    path: Path
+    header: dict[str, Any]
+    lines: list[bytes]
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def view(root: Path, session_id: str) -> CopyView:
+    path = log_of(root, session_id)
+    return CopyView(path, log_header(path), log_lines(path)[1:], log_events(path))
