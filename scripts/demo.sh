@@ -7,8 +7,10 @@ home=$(mktemp -d "${TMPDIR:-/tmp}/dsh-fork-demo.XXXXXX")
 export DSH_HOME="$home"
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 
-run "$bin/dsh-fork" fixture "$home/sessions" --sessions 1 --agents 3 --depth 2 --turns 3 --seed 42
-source_id=$("$bin/python" -c 'from dsh_fork.fixtures import Ids; print(Ids(42)())')
+printf '\n$ dsh-fork fixture %s --sessions 1 --agents 3 --depth 2 --turns 3 --seed 42\n' "$home/sessions"
+summary=$("$bin/dsh-fork" fixture "$home/sessions" --sessions 1 --agents 3 --depth 2 --turns 3 --seed 42)
+printf '%s\n' "$summary"
+source_id=$(printf '%s\n' "$summary" | awk '/^top-level session/ {print $3; exit}')
 
 run "$bin/dsh-fork" inspect "$source_id"
 run "$bin/dsh-fork" fork "$source_id" --id demo-fork

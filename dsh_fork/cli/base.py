@@ -117,8 +117,8 @@ class Out:
         for row in cells:
             widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
         for row in [list(columns), *cells]:
-            sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
-            sys.stdout.write("\n")
+            line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False))
+            sys.stdout.write(line.rstrip() + "\n")
 
     @staticmethod
     def warn(message: str) -> None:
