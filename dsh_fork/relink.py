@@ -895,6 +895,11 @@ def relink_all(
                 {"id": fork_id, "code": exc.code, "message": exc.message, "forkChild": fork_id}
             )
             continue
+        except OSError as exc:  # e.g. a fork child we may not write: this one fails, not all
+            message = f"{fork_id}: {exc.strerror or exc}"
+            error = {"id": fork_id, "code": "INTERNAL", "message": message}
+            result.failed.append({**error, "forkChild": fork_id})
+            continue
         result.results.append(summary)
         for item in summary.problems():
             result.failed.append({**item, "forkChild": fork_id})

@@ -26,11 +26,12 @@ from relinkkit import (
     view,
 )
 
-from dsh_fork import writer
+from dsh_fork import faults, writer
 from dsh_fork.discovery import Root
 from dsh_fork.errors import SessionLocked, UnsupportedFormat, UsageError
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.layout import project_key
+from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
 from dsh_fork.reader import current_generation, open_log
 from dsh_fork.relink import RelinkSummary, plan_new_fork, relink_all
@@ -727,3 +728,42 @@ def test_plan_new_fork_plans_what_the_fork_will_copy(root: Path, clock: Clock) -
     assert plan.copied == [dict(c, parent=None) for c in existing_plan.copied]
     assert plan.skipped == existing_plan.skipped == [{"id": "a-open", "reason": "open"}]
     assert plan.unrelated == existing_plan.unrelated == []
+
+
+def test_a_fork_of_a_relinked_fork_gets_copies_of_the_copies(root: Path, clock: Clock) -> None:
+    _, first = simple_parent(root, clock, "a", "b")
+    run(root, first.id)
+    first_log = log_of(root, first.id)
+    lines = log_lines(first_log)[1:]
+    fork2 = SessionSpec(
+        id="session-C2", created_at=2_000_000_000_000, cwd=CWD, parent=first.id, is_seeded=True
+    )
+    fork2.lines = [line + b"\n" for line in lines]
+    fork2.end_seed(orjson.loads(lines[-1])["time"])
+    fork2.publish(root)
+
+    summary = run(root, fork2.id)
+
+    first_copies = [e.id for e in Root(root).children_of(first.id)]
+    assert [c["source"] for c in summary.copied] == first_copies
+    assert [c["parent"] for c in summary.copied] == [fork2.id, fork2.id]
+    assert [f["label"] for f in own_catalog(log_of(root, fork2.id))] == ["a", "b"]
+    assert_clean(root)
+    before = tree_digest(root)
+    assert run(root, fork2.id).copied == []
+    assert tree_digest(root) == before
+
+
+def test_relink_all_goes_on_past_an_io_error(root: Path, clock: Clock) -> None:
+    parent, fork = simple_parent(root, clock, "a")
+    second = fork_of(parent, "session-C2", clock())
+    second.publish(root)
+
+    with faults.install("eacces", 1):  # the first durable step: the first fork's first copy
+        result = relink_all(Root(root), clock=Clock(1_800_000_000_000, 1))
+
+    assert [(f["id"], f["code"]) for f in result.failed] == [(fork.id, "INTERNAL")]
+    assert "Permission denied" in result.failed[0]["message"]
+    assert [r.fork_child for r in result.results] == ["session-C2"]
+    assert [c["source"] for c in result.results[0].copied] == ["a"]
+    assert probe(Root(root).find(fork.id)) != "held"
