@@ -330,16 +330,22 @@ class Root:
             self._by_id = by_id
         return self._by_id.get(session_id)
 
-    def register(self, session_dir: Path, header: Header | None = None) -> SessionEntry | None:
+    def register(
+        self,
+        session_dir: Path,
+        header: Header | None = None,
+        generation: Generation | None = None,
+    ) -> SessionEntry | None:
         """Add a session published during this run to the cached listing and indexes.
 
         A run that writes sessions (relink copies) keeps one index for its whole duration;
         registering what it wrote keeps that index true without re-reading the root. The
-        writer may pass the header it wrote, which saves reading it back.
+        writer may pass the header and the (only) generation it wrote, which saves reading
+        them back.
         """
         if self._entries is None:
             return None
-        generations = list_generations(session_dir)
+        generations = [generation] if generation is not None else list_generations(session_dir)
         if not generations:
             return None
         entry = SessionEntry(session_dir, generations)

@@ -31,7 +31,7 @@ from .errors import (
     UsageError,
     unsupported_below_v4,
 )
-from .generations import SUPPORTED_VERSION
+from .generations import SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import encode_segment, project_dir_name
 from .locking import SessionLock, probe
@@ -613,7 +613,11 @@ class _Walker:
         )
         assert published.lock is not None
         with contextlib.suppress(DshForkError, OSError):
-            self.root.register(session_dir, parse_header(header_line[:-1], SUPPORTED_VERSION))
+            self.root.register(
+                session_dir,
+                parse_header(header_line[:-1], SUPPORTED_VERSION),
+                Generation(published.path, SUPPORTED_VERSION, "zstd"),
+            )
         return copy_id, created_at, session_dir, published.lock
 
     def _match(self, item: _Match) -> None:
