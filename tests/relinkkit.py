@@ -188,3 +188,19 @@ class CopyView:
 def view(root: Path, session_id: str) -> CopyView:
     path = log_of(root, session_id)
     return CopyView(path, log_header(path), log_lines(path)[1:], log_events(path))
+
+
+def without_ids(data: dict[str, Any], summary: RelinkSummary) -> dict[str, Any]:
+    """A summary with new copy ids (and parents that are new copies) and warnings blanked:
+    what a plan can know. A dry run's summary must equal the real run's after this."""
+    copies = {c["copy"] for c in summary.copied}
+    out = dict(data, dryRun=None, warnings=None)
+    out["copied"] = [
+        dict(c, copy=None, parent=None if c["parent"] in copies else c["parent"])
+        for c in data["copied"]
+    ]
+    out["uncatalogable"] = [
+        dict(u, id=None) if u["id"] in copies or u["id"] is None else u
+        for u in data["uncatalogable"]
+    ]
+    return out

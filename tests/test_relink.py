@@ -24,6 +24,7 @@ from relinkkit import (
     subagent,
     time_of,
     view,
+    without_ids,
 )
 
 from dsh_fork import faults, writer
@@ -34,8 +35,8 @@ from dsh_fork.layout import project_key
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
 from dsh_fork.reader import current_generation, open_log
-from dsh_fork.relink import RelinkSummary, plan_new_fork, relink_all
 from dsh_fork.relink import fork_point as make_fork_point
+from dsh_fork.relink import plan_new_fork, relink_all
 
 # -- the plugin's own scenario ----------------------------------------------------------------
 
@@ -218,19 +219,7 @@ def test_dry_run_writes_nothing_and_plans_the_real_outcome(root: Path, clock: Cl
     assert tree_listing(root) == listing
     assert plan.dry_run and all(c["copy"] is None for c in plan.copied)
     real = run(root, s.fork.id)
-    assert _without_ids(plan.to_json(), plan) == _without_ids(real.to_json(), real)
-
-
-def _without_ids(data: dict[str, Any], summary: RelinkSummary) -> dict[str, Any]:
-    """A summary with copy ids (and parents that are copies) blanked: what a plan can know."""
-    copies = {c["copy"] for c in summary.copied}
-    out = dict(data, dryRun=None)
-    out["copied"] = [
-        dict(c, copy=None, parent=None if c["parent"] in copies else c["parent"])
-        for c in data["copied"]
-    ]
-    out["uncatalogable"] = [dict(u, id=None) for u in data["uncatalogable"]]
-    return out
+    assert without_ids(plan.to_json(), plan) == without_ids(real.to_json(), real)
 
 
 # -- old forks --------------------------------------------------------------------------------

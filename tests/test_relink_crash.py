@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 from conftest import log_lines, tree_digest
-from relinkkit import CWD, assert_clean, fork_of, legacy_copy, log_of, own_catalog, run, subagent
+from relinkkit import (
+    CWD,
+    assert_clean,
+    fork_of,
+    legacy_copy,
+    log_of,
+    own_catalog,
+    run,
+    subagent,
+    without_ids,
+)
 
 from dsh_fork import faults
 from dsh_fork.discovery import Root
@@ -127,8 +137,10 @@ def test_a_run_dying_after_any_step_is_completed_by_the_next(
         root = fresh(pristine, tmp_path / f"{action}-{k}")
         with pytest.raises(faults.InjectedCrash), faults.install(action, k):
             run(root, "session-C")
+        plan = run(root, "session-C", dry_run=True)
         resumed = run(root, "session-C")
         assert resumed.ok, (k, resumed.to_json())
+        assert without_ids(plan.to_json(), plan) == without_ids(resumed.to_json(), resumed), k
         assert_complete(root, originals)
         settled = tree_digest(root)
         again = run(root, "session-C")
