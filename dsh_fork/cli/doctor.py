@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from ..discovery import Root
-from ..doctor import DoctorReport, doctor
-from ..layout import resolve_root
 from .base import JSON_HELP, ROOT_HELP, Out, app, fail, root_of, run
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..doctor import DoctorReport
 
 
 def render(out: Out, report: DoctorReport) -> None:
@@ -55,6 +57,10 @@ def doctor_command(
 
     Example: dsh-fork --root ~/.dsh/sessions doctor --json
     """
+    from ..discovery import Root
+    from ..doctor import doctor
+    from ..layout import resolve_root
+
     out = Out(json_mode)
     report = run(out, lambda: doctor(Root(resolve_root(root_of(root))), sessions or None))
     if not json_mode:

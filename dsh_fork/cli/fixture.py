@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..fixtures import generate
 from .base import Out, app, run
 
 
@@ -23,6 +22,8 @@ def fixture(
 
     Example: dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2
     """
+    from ..fixtures import generate
+
     out = Out(json_mode=False)
     summary = run(
         out,

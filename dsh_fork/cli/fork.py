@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..fork import ForkResult, fork_session
 from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..fork import ForkResult
 
 
 @app.command("fork")
@@ -37,6 +39,8 @@ def fork_command(
 
     Example: dsh-fork fork session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --at 41 --id my-branch
     """
+    from ..fork import fork_session
+
     out = Out(json_out)
     result = run(
         out,

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 
-from ..inspect import InspectReport, inspect_arg
 from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..inspect import InspectReport
 
 SHORT = 10
 """Long boundary lists show their first and last ten items (all of them with --json)."""
@@ -201,6 +203,8 @@ def inspect(
 
     Example: dsh-fork inspect session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --events
     """
+    from ..inspect import inspect_arg
+
     out = Out(json_mode)
     report = run(out, lambda: inspect_arg(session, root_of(root), events=events))
     for warning in report.warnings:
