@@ -62,6 +62,11 @@ class ForkPoint:
     depth: int
 
 
+_APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog", "subagent/descriptor"))
+"""What relink needs of a parent it appends to: cut, catalog, descriptors — never its turns,
+so re-reading a fork child that inherited a huge log parses only a handful of lines."""
+
+
 def fork_point(
     log: SessionLog, facts: Facts, parent_id: str, boundary: int, depth: int
 ) -> ForkPoint:
@@ -659,7 +664,7 @@ class _Walker:
             return [("subagent/descriptor", self.clock(), data)]
 
         try:
-            writer.append(child.entry.session_dir, build)
+            writer.append(child.entry.session_dir, build, collect=_APPEND_TYPES)
         except SessionLocked:
             self.summary.skipped.append({"id": child.id, "reason": "running"})
             return
@@ -713,7 +718,7 @@ class _Walker:
         assert parent.id is not None
         self.sync()
         try:
-            writer.append(parent.session_dir, build, lock=parent.lock)
+            writer.append(parent.session_dir, build, lock=parent.lock, collect=_APPEND_TYPES)
         except DshForkError as exc:
             self._fail(parent.id, exc.code, f"{parent.id}: catalog facts not appended: {exc}")
             return
@@ -824,7 +829,7 @@ def relink(
         summary = RelinkSummary(header.id, header.parent_session, dry_run)
         log = OpLog(oplog_path, dry_run=dry_run, clock=clock, warn=summary.warnings.append)
         if dry_run:
-            c_log = open_log(generation, collect=MODEL_TYPES)
+            c_log = open_log(generation, collect=_APPEND_TYPES)
             c_facts = facts_of(c_log)
             if c_log.torn is not None:
                 summary.warnings.append(
@@ -832,7 +837,9 @@ def relink(
                     "repairs it first"
                 )
         else:
-            appended = writer.append(fork_child_dir, lambda _log, _facts: [], lock=lock)
+            appended = writer.append(
+                fork_child_dir, lambda _log, _facts: [], lock=lock, collect=_APPEND_TYPES
+            )
             c_log, c_facts = appended.log, appended.facts
             if appended.repaired_tail:
                 summary.warnings.append(f"repaired a torn tail in {header.id}")

@@ -30,6 +30,9 @@ from .records import encode_event
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
+OWN_RANGE_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
+"""What every append re-reads: the cut and the catalog, for the own-range uniqueness check."""
+
 NewEvent = tuple[str, int, Any]
 """An event dsh-fork creates: (type, time, data); the writer gives it its seq."""
 
@@ -215,21 +218,31 @@ class Appended:
 Builder = Callable[[SessionLog, Facts], list[NewEvent]]
 
 
-def append(session_dir: Path, build: Builder, *, lock: SessionLock | None = None) -> Appended:
+def append(
+    session_dir: Path,
+    build: Builder,
+    *,
+    lock: SessionLock | None = None,
+    collect: frozenset[str] = MODEL_TYPES,
+) -> Appended:
     """Re-read a v4 log under its lock, repair a torn tail, append what ``build`` returns.
 
     ``build`` sees the log as it is under the lock, so uniqueness decisions are never made on
-    a stale read. An empty build appends nothing.
+    a stale read. An empty build appends nothing. ``collect`` names the event types ``build``
+    needs in its facts; a narrow set keeps the re-read of a huge log cheap. The catalog and
+    the end-seed markers are always collected: the uniqueness check of new catalog facts
+    needs the own range.
     """
+    collect = collect | OWN_RANGE_TYPES
     own_lock = lock is None
     held = lock if lock is not None else SessionLock(session_dir).acquire()
     try:
-        log = _read_for_write(session_dir)
+        log = _read_for_write(session_dir, collect)
         repaired = False
         if log.torn is not None:
             _repair_torn_tail(log)
             repaired = True
-            log = _read_for_write(session_dir)
+            log = _read_for_write(session_dir, collect)
         facts = facts_of(log)
         new = build(log, facts)
         if not new:
@@ -242,7 +255,7 @@ def append(session_dir: Path, build: Builder, *, lock: SessionLock | None = None
             held.release()
 
 
-def _read_for_write(session_dir: Path) -> SessionLog:
+def _read_for_write(session_dir: Path, collect: frozenset[str]) -> SessionLog:
     generations = list_generations(session_dir)
     if not generations:
         raise InternalError(f"{session_dir} holds no session to append to")
@@ -253,7 +266,7 @@ def _read_for_write(session_dir: Path) -> SessionLog:
             f"{current.encoding})",
             version=current.version,
         )
-    return open_log(current, collect=MODEL_TYPES)
+    return open_log(current, collect=collect)
 
 
 def _encode_new(new: list[NewEvent], first_seq: int, facts: Facts) -> list[bytes]:
