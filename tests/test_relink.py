@@ -296,7 +296,7 @@ def test_a_fact_present_under_the_lock_is_not_appended_again(
     real_append = writer.append
     calls: list[Path] = []
 
-    def racing_append(session_dir: Path, build: Any, *, lock: Any = None) -> Any:
+    def racing_append(session_dir: Path, build: Any, *, lock: Any = None, **kw: Any) -> Any:
         calls.append(session_dir)
         if calls.count(session_dir) == 2 and session_dir.name == fork.id:  # after the plan
             real_append(
@@ -316,7 +316,7 @@ def test_a_fact_present_under_the_lock_is_not_appended_again(
                 ],
                 lock=lock,
             )
-        return real_append(session_dir, build, lock=lock)
+        return real_append(session_dir, build, lock=lock, **kw)
 
     monkeypatch.setattr(writer, "append", racing_append)
     summary = run(root, fork.id)
