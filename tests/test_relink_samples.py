@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from conftest import SAMPLES, log_lines, run_cli, tree_digest
+from conftest import SAMPLES, log_lines, require_samples, run_cli, tree_digest
 from relinkkit import assert_clean, own_catalog
 
 from dsh_fork.discovery import Root
 from dsh_fork.generations import CURRENT_NAME
 
+require_samples()
 FACTS: dict[str, Any] = orjson.loads((SAMPLES / "facts.json").read_bytes())
 EXPECTED = FACTS["relinkOfFork"]
 FORK = EXPECTED["forkChild"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import SAMPLES, tree_digest
+from conftest import SAMPLES, require_samples, tree_digest
 
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root, locate
@@ -19,6 +19,7 @@ from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of, last_inherited_time
 from dsh_fork.reader import open_log, read_header
 
+require_samples()
 FACTS: dict[str, Any] = orjson.loads((SAMPLES / "facts.json").read_bytes())
 SESSIONS: dict[str, dict[str, Any]] = FACTS["sessions"]
 
