@@ -14,7 +14,7 @@ from typing import Any
 
 from .discovery import Located, Root, SessionEntry, locate
 from .errors import CorruptLog, DshForkError, UnsupportedFormat
-from .locking import probe
+from .locking import running as is_running
 from .model import MODEL_TYPES, CatalogEntry, Facts, facts_of
 from .provenance import Logged, match_copies
 from .reader import open_log
@@ -145,7 +145,7 @@ class _Lister:
 
     def _child(self, row: AgentRow, entry: SessionEntry, fact: CatalogEntry | None) -> _Child:
         child = _Child(row, entry)
-        running = probe(entry.session_dir) == "held"
+        running = is_running(entry.session_dir)
         error = entry.error
         generation = entry.generation
         if error is None and generation is not None:

@@ -192,7 +192,8 @@ def _files(directory: Path) -> list[str]:
 def _session_findings(entry: SessionEntry, check: DirCheck) -> list[DoctorFinding]:
     label = _label(entry)
     path = str(entry.generation.path) if entry.generation is not None else None
-    held = probe(entry.session_dir) == "held"
+    state = probe(entry.session_dir)
+    held = state in ("held", "unknown")  # a lock that cannot be probed counts as held
     out: list[DoctorFinding] = []
     for finding in check.findings:
         if finding.code in ROOT_CODES:
@@ -210,7 +211,9 @@ def _session_findings(entry: SessionEntry, check: DirCheck) -> list[DoctorFindin
                 "info",
                 "session",
                 "LOCK_HELD",
-                "session.lock is held: the session is running in DSH",
+                "session.lock is held: the session is running in DSH"
+                if state == "held"
+                else "session.lock cannot be probed; treated as held (running)",
                 label,
                 path,
             )

@@ -76,6 +76,34 @@ class CorruptLog(DshForkError):
     exit_code = 9
 
 
+class IoError(DshForkError, OSError):
+    """The environment refused a read or write (disk full, permission denied, read-only
+    filesystem, I/O error): not a bug, so not INTERNAL, but it shares exit 1 (the contract
+    table has no other code for it). Also an ``OSError``, so code that handles those keeps
+    working; ``errno`` is the original one."""
+
+    code = "IO_ERROR"
+    exit_code = 1
+
+    def __init__(self, message: str, *, errno: int | None = None, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.errno = errno
+
+    @classmethod
+    def of(cls, exc: OSError, verb: str = "write", **details: Any) -> IoError:
+        """``cannot <verb> <path>: <strerror>`` from the OSError that stopped an operation."""
+        if isinstance(exc, IoError):
+            return exc
+        where = exc.filename if exc.filename is not None else "a file"
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return cls(
+            f"cannot {verb} {where}: {reason}",
+            errno=exc.errno,
+            path=None if exc.filename is None else str(exc.filename),
+            **details,
+        )
+
+
 class Partial(DshForkError):
     """A batch ran to its end but some items failed; ``result`` is the normal result."""
 
@@ -107,6 +135,7 @@ ALL_ERRORS: tuple[type[DshForkError], ...] = (
     SessionStale,
     UnsupportedFormat,
     CorruptLog,
+    IoError,
     Partial,
 )
 

@@ -16,7 +16,9 @@ from . import faults
 from .errors import SessionLocked
 from .generations import LOCK_NAME
 
-LockState = Literal["absent", "free", "held"]
+LockState = Literal["absent", "free", "held", "unknown"]
+"""``unknown``: the lock file exists but cannot be opened for the probe (permissions, a symbolic
+link, an I/O error); nothing can be said, so ``running`` counts it as held."""
 _ATTEMPTS = 3
 
 
@@ -32,16 +34,23 @@ def probe(session_dir: Path) -> LockState:
     except FileNotFoundError:
         return "absent"
     except OSError:
-        return "held" if path.exists() else "absent"
+        return "unknown" if os.path.lexists(path) else "absent"
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return "held"
+        except OSError:
+            return "unknown"
         fcntl.flock(fd, fcntl.LOCK_UN)
         return "free"
     finally:
         os.close(fd)
+
+
+def running(session_dir: Path) -> bool:
+    """Whether to treat the session as live: its lock is held, or cannot be probed (safe side)."""
+    return probe(session_dir) in ("held", "unknown")
 
 
 class SessionLock:

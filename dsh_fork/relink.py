@@ -34,7 +34,7 @@ from .errors import (
 from .generations import SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import encode_segment, project_dir_name
-from .locking import SessionLock, probe
+from .locking import SessionLock, running
 from .model import MODEL_TYPES, Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, match_copies
@@ -351,7 +351,7 @@ class _Planner:
         entry = source.entry
         generation = entry.generation
         assert generation is not None
-        if probe(entry.session_dir) == "held":
+        if running(entry.session_dir):
             return _Skip(source.id, "running")
         if generation.version < SUPPORTED_VERSION:
             error = unsupported_below_v4(f"subagent {source.id}", generation.version)
@@ -390,7 +390,7 @@ class _Planner:
             if copy.log.version < SUPPORTED_VERSION:
                 error = unsupported_below_v4(f"subagent {copy.id}", copy.log.version)
                 level.blocked = _failure(copy.id, error)
-            elif probe(copy.entry.session_dir) == "held":
+            elif running(copy.entry.session_dir):
                 level.blocked = _Skip(copy.id, "running")
         return _Match(source_id, copy, level)
 
@@ -425,7 +425,7 @@ class _Planner:
             if child.log.version < SUPPORTED_VERSION:
                 error = unsupported_below_v4(f"subagent {child.id}", child.log.version)
                 level.existing_outcomes.append(_failure(child.id, error))
-            elif probe(child.entry.session_dir) == "held":
+            elif running(child.entry.session_dir):
                 level.existing_outcomes.append(_Skip(child.id, "running"))
             else:
                 level.descriptor_repairs.append((child, data))
@@ -539,16 +539,17 @@ class _Walker:
             self._record_copy(item, None, parent.id, depth)
             self.level(item.level, _Parent(None, None, None, depth))
             return
-        if probe(source.entry.session_dir) == "held":
+        if running(source.entry.session_dir):
             self.summary.skipped.append({"id": source.id, "reason": "running"})
             return
         assert parent.id is not None
-        if parent.id in self.created:
-            self.sync()  # a copy's header names its parent: that parent must be durable first
         try:
+            if parent.id in self.created:
+                self.sync()  # a copy's header names its parent: that parent must be durable
             copy_id, created_at, copy_dir, lock = self._publish(item, parent.id, depth)
         except DshForkError as exc:
-            self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
+            what = "" if exc.details.get("published") else " the copy was not written:"
+            self._fail(source.id, exc.code, f"{source.id}:{what} {exc}")
             return
         self.created.add(copy_id)
         try:
@@ -716,8 +717,8 @@ class _Walker:
             return out
 
         assert parent.id is not None
-        self.sync()
         try:
+            self.sync()
             writer.append(parent.session_dir, build, lock=parent.lock, collect=_APPEND_TYPES)
         except DshForkError as exc:
             self._fail(parent.id, exc.code, f"{parent.id}: catalog facts not appended: {exc}")
@@ -820,7 +821,7 @@ def relink(
     acquired: SessionLock | None = None
     if lock is None and not dry_run:
         acquired = lock = SessionLock(fork_child_dir).acquire()
-    elif lock is None and probe(fork_child_dir) == "held":
+    elif lock is None and running(fork_child_dir):
         raise SessionLocked(
             f"{header.id} is in use: its session.lock is held by a live process",
             lockPath=str(fork_child_dir / "session.lock"),

@@ -4,24 +4,39 @@ A new session appears the way DSH materialises one: the canonical file name is c
 ``link`` from a fully written and fsynced temp file, so a crash at any point leaves either no
 session or a complete one. Appends are one checksummed frame each, under ``session.lock``, rolled
 back on failure. Every step goes through ``faults`` so tests can fail or crash after any of them.
+
+Every ``OSError`` the public functions meet (disk full, permission denied, read-only
+filesystem, I/O error) leaves them as one ``IoError`` naming the path (``_io``), after the
+step's own cleanup ran. Temp files carry a name of their own (``own_temp_name``), so a later
+run, holding the session's lock, removes the temps a dead dsh-fork run left and never a temp
+of DSH or of another tool.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from . import faults
 from . import frames as zframes
 from .catalog import catalog_problem
-from .errors import InternalError, SessionAlreadyExists, UnsupportedFormat, UsageError
-from .generations import CURRENT_NAME, SUPPORTED_VERSION, list_generations
+from .errors import (
+    InternalError,
+    IoError,
+    SessionAlreadyExists,
+    SessionLocked,
+    UnsupportedFormat,
+    UsageError,
+)
+from .generations import CURRENT_NAME, LOCK_NAME, SUPPORTED_VERSION, list_generations
 from .locking import SessionLock
 from .model import MODEL_TYPES, Facts, facts_of
 from .reader import SessionLog, open_log, parse_recovered
@@ -35,6 +50,37 @@ OWN_RANGE_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
 
 NewEvent = tuple[str, int, Any]
 """An event dsh-fork creates: (type, time, data); the writer gives it its seq."""
+
+OWN_TEMP_SUFFIX = ".dsh-fork.tmp"
+_OWN_TEMP = re.compile(re.escape(CURRENT_NAME) + r"\.[0-9a-f]{12}" + re.escape(OWN_TEMP_SUFFIX))
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _io(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The one place where the writer meets an OSError: it leaves as an ``IoError``."""
+
+    @functools.wraps(function)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return function(*args, **kwargs)
+        except IoError:
+            raise
+        except OSError as exc:
+            raise IoError.of(exc) from exc
+
+    return wrapper
+
+
+def own_temp_name() -> str:
+    """``session.v4.jsonl.zstd.<12 hex>.dsh-fork.tmp``: non-canonical, so DSH ignores it, and
+    distinct from DSH's own ``<final>.<12 hex>.tmp``, so a sweep never takes a temp of DSH."""
+    return f"{CURRENT_NAME}.{secrets.token_hex(6)}{OWN_TEMP_SUFFIX}"
+
+
+def is_own_temp(name: str) -> bool:
+    return _OWN_TEMP.fullmatch(name) is not None
 
 
 # -- primitive steps ------------------------------------------------------------------------
@@ -88,6 +134,22 @@ def _ensure_dir(path: Path, deferred: set[Path] | None = None) -> None:
         fsync_dir(path.parent)
 
 
+def make_private_dirs(path: Path) -> None:
+    """``mkdir -p`` with every created directory 0700 whatever the umask (DSH's mode);
+    ``Path.mkdir(parents=True)`` would give the intermediate ones the umask's default."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, DIR_MODE)
+
+
+@_io
 def ensure_session_dir(
     root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
 ) -> Path:
@@ -99,12 +161,13 @@ def ensure_session_dir(
     per copy; a crash before it can only lose sessions nothing refers to yet.
     """
     if not root.exists():
-        root.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(root.parent)
     for path in (root, root / project, root / project / segment):
         _ensure_dir(path, deferred)
     return root / project / segment
 
 
+@_io
 def sync_dirs(deferred: set[Path]) -> None:
     """fsync the directories collected by ``ensure_session_dir(deferred=...)``, deepest first."""
     for path in sorted(deferred, key=lambda p: len(p.parts), reverse=True):
@@ -138,8 +201,15 @@ class Published:
     lock: SessionLock | None
 
 
+@_io
 def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: bool) -> Published:
-    """Write a new session into an existing, empty session dir (format §14.1 steps 2–6)."""
+    """Write a new session into an existing, empty session dir (format §14.1 steps 2–6).
+
+    Once ``link`` has put the canonical name in place the session exists: a failing temp
+    removal after it is no failure (the temp is an ignored name the next run sweeps), and a
+    failing dir fsync raises an ``IoError`` that says the session was published.
+    """
+    _refuse_symlinks(session_dir)
     lock = SessionLock(session_dir).acquire()
     temp: Path | None = None
     try:
@@ -147,8 +217,9 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
             raise SessionAlreadyExists(
                 f"{session_dir.name} already holds a session", path=str(session_dir)
             )
+        _remove_own_temps(session_dir)
         final = session_dir / CURRENT_NAME
-        temp = session_dir / f"{CURRENT_NAME}.{secrets.token_hex(6)}.tmp"
+        temp = session_dir / own_temp_name()
         payload = [zframes.encode(header_line), *body.encoded()]
         faults.step("create", temp)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
@@ -160,11 +231,19 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
         finally:
             os.close(fd)
         _link_into_place(temp, final, session_dir)
-        fsync_dir(session_dir)
-        faults.step("unlink", temp)
-        os.unlink(temp)
-        faults.done("unlink", temp)
-        temp = None
+        linked, temp = temp, None
+        try:
+            fsync_dir(session_dir)
+        except OSError as exc:
+            _unlink_temp(linked)
+            raise IoError(
+                f"published {final}, but syncing its directory failed ({exc.strerror}): the "
+                "session exists and may not survive a system crash",
+                errno=exc.errno,
+                path=str(final),
+                published=True,
+            ) from exc
+        _unlink_temp(linked)
         size = sum(len(f) for f in payload)
     except Exception:
         if temp is not None:
@@ -201,6 +280,60 @@ def _remove_quietly(path: Path) -> None:
         os.unlink(path)
 
 
+def _unlink_temp(temp: Path) -> None:
+    """Remove a linked temp; failing to is no failure (an ignored name, swept later)."""
+    with contextlib.suppress(OSError):
+        faults.step("unlink", temp)
+        os.unlink(temp)
+        faults.done("unlink", temp)
+
+
+def _refuse_symlinks(session_dir: Path) -> None:
+    """A session dir or project dir that is a symbolic link may lead out of the root."""
+    for path in (session_dir, session_dir.parent):
+        if path.is_symlink():
+            raise UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
+
+
+def _remove_own_temps(session_dir: Path) -> list[str]:
+    """Remove the temps dead dsh-fork runs left; the caller holds the dir's lock, so no live
+    dsh-fork publish owns them. Best effort: a temp that stays is still an ignored name."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(session_dir)
+    except OSError:
+        return removed
+    for name in names:
+        if is_own_temp(name):
+            with contextlib.suppress(OSError):
+                os.unlink(session_dir / name)
+                removed.append(name)
+    return removed
+
+
+def sweep_abandoned(session_dir: Path) -> list[str]:
+    """Remove dsh-fork's own leftover temps from a dir that holds no session (an interrupted
+    publish), under the dir's lock; a dir whose lock is held, or that now holds a session,
+    is left alone. The dir and its lock file stay: empty leftovers are harmless (format
+    §14.1) and a lock file is never deleted (format §11.1)."""
+    try:
+        names = os.listdir(session_dir)
+    except OSError:
+        return []
+    if LOCK_NAME not in names or not any(is_own_temp(n) for n in names):
+        return []
+    try:
+        lock = SessionLock(session_dir).acquire()
+    except (SessionLocked, OSError):
+        return []
+    try:
+        if list_generations(session_dir):
+            return []
+        return _remove_own_temps(session_dir)
+    finally:
+        lock.release()
+
+
 # -- appending ------------------------------------------------------------------------------
 
 
@@ -218,6 +351,7 @@ class Appended:
 Builder = Callable[[SessionLog, Facts], list[NewEvent]]
 
 
+@_io
 def append(
     session_dir: Path,
     build: Builder,
@@ -234,9 +368,11 @@ def append(
     needs the own range.
     """
     collect = collect | OWN_RANGE_TYPES
+    _refuse_symlinks(session_dir)
     own_lock = lock is None
     held = lock if lock is not None else SessionLock(session_dir).acquire()
     try:
+        _remove_own_temps(session_dir)
         log = _read_for_write(session_dir, collect)
         repaired = False
         if log.torn is not None:
@@ -286,7 +422,7 @@ def _encode_new(new: list[NewEvent], first_seq: int, facts: Facts) -> list[bytes
 def _append_frame(path: Path, plaintext: bytes, old_size: int) -> None:
     """One complete frame with O_APPEND and fsync; on failure truncate back and fsync."""
     frame = zframes.encode(plaintext)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         try:
             _write_all(fd, frame, path, "append")
@@ -303,7 +439,7 @@ def _repair_torn_tail(log: SessionLog) -> None:
     """DSH's recovery (format §5.3): truncate at the torn frame, re-append recovered lines."""
     assert log.torn is not None
     recovered = parse_recovered(log)
-    fd = os.open(log.path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = os.open(log.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         faults.step("truncate", log.path)
         os.ftruncate(fd, log.torn.offset)

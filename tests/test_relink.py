@@ -751,8 +751,11 @@ def test_relink_all_goes_on_past_an_io_error(root: Path, clock: Clock) -> None:
     with faults.install("eacces", 1):  # the first durable step: the first fork's first copy
         result = relink_all(Root(root), clock=Clock(1_800_000_000_000, 1))
 
-    assert [(f["id"], f["code"]) for f in result.failed] == [(fork.id, "INTERNAL")]
+    # The failing copy is the failed item (IO_ERROR, named), not the whole fork child.
+    assert [(f["id"], f["code"], f["forkChild"]) for f in result.failed] == [
+        ("a", "IO_ERROR", fork.id)
+    ]
     assert "Permission denied" in result.failed[0]["message"]
-    assert [r.fork_child for r in result.results] == ["session-C2"]
-    assert [c["source"] for c in result.results[0].copied] == ["a"]
+    assert [r.fork_child for r in result.results] == [fork.id, "session-C2"]
+    assert [c["source"] for c in result.results[1].copied] == ["a"]
     assert probe(Root(root).find(fork.id)) != "held"

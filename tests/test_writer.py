@@ -18,6 +18,7 @@ from dsh_fork import faults
 from dsh_fork import frames as zframes
 from dsh_fork.errors import (
     InternalError,
+    IoError,
     SessionAlreadyExists,
     SessionLocked,
     UnsupportedFormat,
@@ -245,15 +246,28 @@ def test_a_crash_after_any_publish_step_leaves_no_half_session(root: Path, tmp_p
 @pytest.mark.parametrize("action", ["enospc", "eacces", "eio"])
 def test_a_failing_publish_step_cleans_up_and_releases(tmp_path: Path, action: str) -> None:
     steps = publish_steps(tmp_path / "measure")
-    link_step = [kind for kind, _ in steps].index("link") + 1
+    kinds = [kind for kind, _ in steps]
+    link_step = kinds.index("link") + 1
+    unlink_step = kinds.index("unlink") + 1
     for k in range(1, len(steps) + 1):
         run_root = tmp_path / f"{action}-{k}"
-        with faults.install(action, k), pytest.raises(OSError):
-            publish(new_dir(run_root), header_line(), body_with(2), keep_lock=False)
         session_dir = run_root / "--fixture-project--" / "new"
+        if k == unlink_step:
+            # The session exists once linked: a temp that cannot be removed is no failure.
+            with faults.install(action, k):
+                publish(new_dir(run_root), header_line(), body_with(2), keep_lock=False)
+            assert assert_no_half_session(session_dir, 2)
+            assert [n for n in os.listdir(session_dir) if is_temp_name(n)] != []
+            append(session_dir, titles())  # the next writer under the lock sweeps it
+            assert not [n for n in os.listdir(session_dir) if is_temp_name(n)]
+            continue
+        with faults.install(action, k), pytest.raises(IoError) as caught:
+            publish(new_dir(run_root), header_line(), body_with(2), keep_lock=False)
+        assert caught.value.exit_code == 1 and caught.value.code == "IO_ERROR"
         published = assert_no_half_session(session_dir, 2)
-        # A failure after the link (dir fsync, temp removal) cannot undo the publication.
+        # A failure after the link (the dir fsync) cannot undo the publication; it says so.
         assert published == (k > link_step), k
+        assert ("published" in caught.value.message) == published, caught.value.message
         if session_dir.exists():
             assert not [n for n in os.listdir(session_dir) if is_temp_name(n)], k
             assert probe(session_dir) != "held"
@@ -337,7 +351,7 @@ def test_a_failed_append_is_rolled_back(
         session_dir, _ = existing(root / str(k), clock)
         path = session_dir / CURRENT_NAME
         before = path.read_bytes()
-        with faults.install(action, k), pytest.raises(OSError):
+        with faults.install(action, k), pytest.raises(IoError):
             append(session_dir, titles("x", "y"))
         assert path.read_bytes() == before, k
         assert probe(session_dir) == "free"

@@ -15,7 +15,7 @@ import orjson
 import typer
 
 from .. import __version__, faults
-from ..errors import DshForkError, InternalError, Partial
+from ..errors import DshForkError, InternalError, IoError, Partial
 
 T = TypeVar("T")
 
@@ -138,7 +138,8 @@ def fail(out: Out, error: DshForkError) -> NoReturn:
 
 
 def run(out: Out, action: Callable[[], T]) -> T:
-    """Call the library; typed errors become exit codes, anything else INTERNAL (exit 1)."""
+    """Call the library; typed errors become exit codes, an OSError that escaped the library
+    IO_ERROR, anything else INTERNAL (both exit 1)."""
     try:
         return action()
     except DshForkError as error:
@@ -148,6 +149,8 @@ def run(out: Out, action: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
     except typer.Exit:
         raise
+    except OSError as exc:  # the environment (permissions, a vanished file), not a bug
+        fail(out, IoError.of(exc, "access"))
     except Exception as exc:  # a bug: one line, no traceback, unless debugging
         if os.environ.get("DSH_FORK_DEBUG"):
             raise
