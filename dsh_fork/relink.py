@@ -920,6 +920,17 @@ def relink_all(
     return result
 
 
+def sweep_abandoned(root: Root) -> int:
+    """Remove the temps of copies an interrupted run never published (their dirs hold no
+    session, so the listing skips them; writer.sweep_abandoned explains what is removed)."""
+    known = {entry.session_dir for entry in root.entries()}
+    removed = 0
+    for session_dir in root.candidate_dirs():
+        if session_dir not in known:
+            removed += len(writer.sweep_abandoned(session_dir))
+    return removed
+
+
 def relink_arg(
     arg: str,
     root_option: str | None,
@@ -936,6 +947,8 @@ def relink_arg(
         oplog_path=layout.oplog_path(root_option, env),
     )
     summary.warnings[:0] = located.warnings
+    if not dry_run:  # only once the preconditions held: bad input never writes
+        sweep_abandoned(located.root)
     return summary
 
 
@@ -948,9 +961,12 @@ def relink_all_arg(
 ) -> RelinkAllResult:
     """Relink every fork child of the root named by ``--root`` or ``DSH_HOME``."""
     root = Root(layout.resolve_root(root_option, env))
-    return relink_all(
+    result = relink_all(
         root,
         dry_run=dry_run,
         oplog_path=layout.oplog_path(root_option, env),
         progress=progress,
     )
+    if not dry_run:
+        sweep_abandoned(root)
+    return result
