@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from .ids import ClockMs, now_ms
+from .writer import make_private_dirs
 
 COPYING = "copying subagent tree"
 PROGRESS = "copy progress"
@@ -56,7 +57,7 @@ class OpLog:
         record = {"t": iso_ms(self.clock()), "message": message, "data": data}
         line = orjson.dumps(record) + b"\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)  # 0700 like DSH's dirs, whatever the umask
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 view = memoryview(line)
