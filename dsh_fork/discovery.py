@@ -375,7 +375,10 @@ def _subdir_names(project: Path) -> list[str]:
 def _list_entry(dir_text: str) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
     raw header line of the highest one (validated later, on first use)."""
-    names = scan_names(dir_text)
+    try:
+        names = scan_names(dir_text)
+    except OSError:  # unlistable: nothing can be known of it here; doctor reports it
+        return None
     if not names:
         return None
     entry = SessionEntry._from_listing(dir_text, names)

@@ -157,7 +157,29 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 f"{generation.name} holds a header of version {raw}; DSH refuses the root",
                 **where,
             )
+    for project in root.project_dirs():
+        try:
+            os.scandir(project).close()
+        except OSError as exc:
+            add(
+                "error",
+                "UNREADABLE",
+                f"cannot list the project dir {project}: {exc.strerror}; its sessions are not "
+                "checked",
+                path=str(project),
+            )
     for session_dir in root.candidate_dirs():
+        try:
+            generations = list_generations(session_dir)
+        except OSError as exc:
+            add(
+                "error",
+                "UNREADABLE",
+                f"cannot list {session_dir}: {exc.strerror}; if it holds a session, it is not "
+                "checked",
+                path=str(session_dir),
+            )
+            continue
         for name in _files(session_dir):
             if is_temp_name(name):
                 add(
@@ -167,7 +189,7 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                     "writer is running)",
                     path=str(session_dir / name),
                 )
-        if not list_generations(session_dir):
+        if not generations:
             ignored = non_canonical_files(session_dir)
             note = f" (ignored files: {', '.join(ignored)})" if ignored else ""
             add(

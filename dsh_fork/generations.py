@@ -62,6 +62,9 @@ def is_temp_name(name: str) -> bool:
 def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding, str]]:
     """(version, encoding, name) of every canonical generation file of a dir, lowest first.
 
+    A missing dir has none; one that cannot be listed (permissions, I/O) raises its OSError,
+    so no caller mistakes an unreadable session for an absent one.
+
     Called once per session dir when a root is listed, so it stays lean: a prefix test before
     the name pattern, and no path objects.
     """
