@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .discovery import Located, Root, locate
 from .errors import (
@@ -38,8 +38,10 @@ from .locking import SessionLock
 from .model import Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
 from .records import encode_event, encode_header
-from .relink import RelinkSummary, fork_point, plan_new_fork, relink
 from .writer import Body, ensure_session_dir, publish
+
+if TYPE_CHECKING:  # relink is imported only when the subagents are copied
+    from .relink import RelinkSummary
 
 TURN_TYPES = ("turn/start", "turn/end")
 PRESET_TYPE = "agent-preset/selected"
@@ -113,11 +115,13 @@ def fork(
         _check_child_id(root, child_id)
 
     types = [PRESET_TYPE, CATALOG_TYPE] if dry_run and agents else [PRESET_TYPE]
-    log = open_log(generation, collect=types)
+    # Every frame is decoded and checksum-verified; the frames copied verbatim are checked at
+    # their edges, the frame holding the boundary line by line (reader.open_log).
+    log = open_log(generation, collect=types, count_lines=False)
     facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
     last = -1 if boundary is None else boundary
-    verbatim, cut_lines = log.prefix(last)
+    run, whole, cut_lines = log.prefix_run(last)
     boundary_time = None if boundary is None else _time_of(log, boundary)
     if child_id is None and not dry_run:
         child_id = _fresh_id(root, new_id)
@@ -131,7 +135,7 @@ def fork(
         inherited_events=last + 1,
         agent_preset=facts.preset_at(last),
         created_at=None,
-        frames_copied=len(verbatim),
+        frames_copied=whole,
         frames_reencoded=1 if cut_lines else 0,
         dry_run=dry_run,
         warnings=list(source.warnings),
@@ -143,6 +147,8 @@ def fork(
         )
     if dry_run:
         if agents:
+            from .relink import fork_point, plan_new_fork
+
             _set_agents(result, plan_new_fork(root, fork_point(log, facts, log.header.id, last, 0)))
         return result
 
@@ -150,7 +156,7 @@ def fork(
     result.created_at = clock()
     marker_time = result.created_at if boundary_time is None else boundary_time
     header_line = _child_header(log, result)
-    body = Body(frames=verbatim, tail=cut_lines + _marker(last + 1, marker_time))
+    body = Body(frames=[run] if run else [], tail=cut_lines + _marker(last + 1, marker_time))
     session_dir = ensure_session_dir(root.path, project_dir.name, encode_segment(child_id))
     published = publish(session_dir, header_line, body, keep_lock=agents)
     result.path = published.path
@@ -310,6 +316,8 @@ def _copy_agents(
     new_id: IdFactory,
 ) -> None:
     """relink with C = the new child, under the lock its publication took (§3.1 step 9)."""
+    from .relink import relink
+
     child_id = result.child_id
     assert child_id is not None and result.path is not None
     try:

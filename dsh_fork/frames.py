@@ -7,7 +7,14 @@ tail or stop silently at the first frame.
 
 from __future__ import annotations
 
+import contextlib
+import marshal
+import os
+import signal
+import threading
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import zstandard
 
@@ -20,6 +27,12 @@ MAX_BLOCK_SIZE = 128 * 1024
 _MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
+T = TypeVar("T")
+
+SPLIT_MIN_BYTES = 2 << 20
+"""Below this much compressed data, every frame is mapped by the calling process."""
+CHILD_SHARE = 0.52
+"""The child's share of the frames (by compressed bytes): the parent also folds the results."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +40,8 @@ class Frame:
     start: int
     end: int
     checksum: bool
+    blocks: int = 1
+    """Number of blocks: each decodes to at most 128 KiB, which bounds the plaintext."""
 
     @property
     def size(self) -> int:
@@ -84,6 +99,7 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
         pos += 1 + header_len
         if pos > size:
             return FrameScan(tuple(frames), start, size)
+        blocks = 0
         while True:
             if size - pos < 3:
                 return FrameScan(tuple(frames), start, size)
@@ -98,6 +114,7 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
                 raise _corrupt("block larger than 128 KiB", pos, index)
             payload = 1 if block_type == 1 else block >> 3
             pos += 3 + payload
+            blocks += 1
             if pos > size:
                 return FrameScan(tuple(frames), start, size)
             if last:
@@ -107,7 +124,7 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
             pos += 4
             if pos > size:
                 return FrameScan(tuple(frames), start, size)
-        frames.append(Frame(start, pos, checksum))
+        frames.append(Frame(start, pos, checksum, blocks))
     return FrameScan(tuple(frames), None, size)
 
 
@@ -121,6 +138,163 @@ def decode(data: bytes | memoryview, frame: Frame, index: int = 0) -> bytes:
     if not obj.eof or obj.unused_data:
         raise _corrupt("frame does not end where its structure says", frame.start, index)
     return bytes(out)
+
+
+def content_size(data: bytes | memoryview, frame: Frame) -> int | None:
+    """The Frame_Content_Size field of a frame header, or None when the frame omits it."""
+    descriptor = data[frame.start + 4]
+    single_segment = descriptor & 0x20
+    fcs_flag = descriptor >> 6
+    if fcs_flag == 0 and not single_segment:
+        return None
+    pos = frame.start + 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    width = (1, 2, 4, 8)[fcs_flag]
+    value = int.from_bytes(data[pos : pos + width], "little")
+    return value + 256 if width == 2 else value
+
+
+def _decode_bounded(
+    dctx: zstandard.ZstdDecompressor, view: memoryview, frame: Frame, index: int
+) -> bytes:
+    """``decode`` through libzstd's one-shot call, which runs without the GIL.
+
+    The output buffer is sized by the frame's declared content size or, without one, by its
+    block count (a block never decodes to more than 128 KiB), so a damaged size field cannot
+    make it allocate more. Anything unusual (an empty or oversized declaration, a decoding
+    error) goes to ``decode``, the reference, which also names the defect.
+    """
+    cap = frame.blocks * MAX_BLOCK_SIZE
+    declared = content_size(view, frame)
+    if declared is None or 0 < declared <= cap:
+        try:
+            return dctx.decompress(view[frame.start : frame.end], max_output_size=cap)
+        except zstandard.ZstdError:
+            pass
+    return decode(view, frame, index)
+
+
+def decode_many(
+    data: bytes | memoryview, frames: Sequence[Frame], first_index: int = 0
+) -> Generator[bytes, None, None]:
+    """Plaintexts of ``frames`` in order, each decoded and checksum-verified; one process."""
+    return _map_part(memoryview(data), frames, _plain, first_index)
+
+
+def _plain(plaintext: bytes) -> bytes:
+    return plaintext
+
+
+def map_frames(
+    data: bytes | memoryview,
+    frames: Sequence[Frame],
+    then: Callable[[bytes], T],
+    first_index: int = 0,
+) -> Generator[T, None, None]:
+    """``then(plaintext)`` of every frame in order, each frame decoded and checksum-verified
+    as ``decode`` does.
+
+    ``first_index`` is the index of ``frames[0]`` in the file (for error messages). A large
+    log is split in two: a forked child maps the later frames while this process maps the
+    earlier ones (and its caller works on them), so decoding and ``then`` use two cores with
+    no interpreter lock to share. ``then`` must depend on its argument only and return what
+    ``marshal`` can carry (bytes, numbers, strings, None, tuples, lists). Whatever the child
+    does not deliver (it could not start, died, or met a defect) is mapped here, in order, so
+    a defect is raised exactly where a sequential pass raises it.
+    """
+    view = memoryview(data)
+    if _can_split(frames):
+        return _map_split(view, frames, then, first_index)
+    return _map_part(view, frames, then, first_index)
+
+
+def _can_split(frames: Sequence[Frame]) -> bool:
+    """A child only pays off on a large log, with two cores; and a process is forked only
+    while it runs a single thread (a child of a threaded process may inherit held locks)."""
+    if not frames or frames[-1].end - frames[0].start < SPLIT_MIN_BYTES:
+        return False
+    if not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        cores = os.cpu_count() or 1
+    return cores >= 2
+
+
+def _map_part(
+    view: memoryview, frames: Sequence[Frame], then: Callable[[bytes], T], first_index: int
+) -> Generator[T, None, None]:
+    dctx = zstandard.ZstdDecompressor()
+    for k, frame in enumerate(frames):
+        yield then(_decode_bounded(dctx, view, frame, first_index + k))
+
+
+def _map_split(
+    view: memoryview, frames: Sequence[Frame], then: Callable[[bytes], T], first_index: int
+) -> Generator[T, None, None]:
+    total = frames[-1].end - frames[0].start
+    cut = next(
+        (k for k, f in enumerate(frames) if f.start - frames[0].start >= total * (1 - CHILD_SHARE)),
+        len(frames),
+    )
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        yield from _map_part(view, frames, then, first_index)
+        return
+    if pid == 0:  # the child: map the later frames, send them, and leave at once
+        status = 1
+        try:
+            os.close(read_fd)
+            done: list[T] = []
+            # A defect ends the child's part; the parent maps that frame again and raises.
+            with contextlib.suppress(BaseException):
+                for item in _map_part(view, frames[cut:], then, first_index + cut):
+                    done.append(item)
+            _write_fd(write_fd, marshal.dumps(done))
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    reaped = False
+    try:
+        yield from _map_part(view, frames[:cut], then, first_index)
+        payload = _read_fd(read_fd)
+        _, status = os.waitpid(pid, 0)
+        reaped = True
+        delivered: list[T] = []
+        if status == 0:
+            try:
+                delivered = marshal.loads(payload)
+            except (EOFError, ValueError, TypeError):
+                delivered = []
+        yield from delivered
+        rest = cut + len(delivered)
+        yield from _map_part(view, frames[rest:], then, first_index + rest)
+    finally:
+        os.close(read_fd)
+        if not reaped:  # the caller stopped early, or failed: the child's work is not needed
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def _write_fd(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_fd(fd: int) -> bytes:
+    pieces: list[bytes] = []
+    while True:
+        piece = os.read(fd, 1 << 20)
+        if not piece:
+            return b"".join(pieces)
+        pieces.append(piece)
 
 
 def decode_torn(data: bytes | memoryview, start: int, index: int = 0) -> bytes:

@@ -8,9 +8,10 @@ a fork of a 100 MB log from parsing 300,000 JSON lines it only copies.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,10 +90,28 @@ class SessionLog:
     header_end: int
     chunks: list[Chunk] = field(default_factory=list)
     torn: TornTail | None = None
-    event_count: int = 0
+    _count: int = 0
     collected: list[Event] = field(default_factory=list)
     _expanded: list[Event] | None = None
     _cache: tuple[int, list[bytes]] | None = None
+    _unindexed: tuple[zframes.Frame, ...] | None = None
+    """Body frames not indexed yet (``open_log(index=False)``): the first full ``events()``
+    pass indexes them, any other access indexes them first."""
+    _wanted: frozenset[str] = frozenset()
+
+    @property
+    def event_count(self) -> int:
+        self._require_index()
+        return self._count
+
+    @event_count.setter
+    def event_count(self, value: int) -> None:
+        self._count = value
+
+    def _require_index(self) -> None:
+        if self._unindexed is not None:
+            frames, self._unindexed = self._unindexed, None
+            _build_index(self, frames, self._wanted)
 
     @property
     def path(self) -> Path:
@@ -120,13 +139,22 @@ class SessionLog:
         return zframes.decode(self.data, chunk.frame, index + 1)
 
     def chunk_lines(self, index: int) -> list[bytes]:
+        self._require_index()
         if self._cache is not None and self._cache[0] == index:
             return self._cache[1]
         lines = split_lines(self._chunk_plaintext(index), where=self.where)
+        chunk = self.chunks[index]
+        if len(lines) != chunk.count:  # an index built without counting lines is held to it
+            raise CorruptLog(
+                f"{self.where}: frame {index + 2} holds {len(lines)} lines, but its seqs "
+                f"{chunk.first_seq}..{chunk.first_seq + chunk.count - 1} need {chunk.count}",
+                frame=index + 1,
+            )
         self._cache = (index, lines)
         return lines
 
     def _chunk_of(self, seq: int) -> int:
+        self._require_index()
         starts = [c.first_seq for c in self.chunks]
         return bisect.bisect_right(starts, seq) - 1
 
@@ -156,6 +184,9 @@ class SessionLog:
                 if wanted is None or ev.type in wanted:
                     yield ev
             return
+        if self._unindexed is not None:
+            yield from self._index_pass(wanted)
+            return
         tokens = None if wanted is None else type_tokens(wanted)
         where = self.where
         for index, chunk in enumerate(self.chunks):
@@ -168,6 +199,45 @@ class SessionLog:
                 ev = parse_event(line, chunk.first_seq + offset, where=where)
                 if wanted is not None and ev.type in wanted:
                     yield ev
+
+    def _index_pass(self, wanted: frozenset[str] | None) -> Iterator[Event]:
+        """Every event, parsed in order, while the frames are indexed: one decode per frame.
+
+        The index (and ``collected``) is kept only when the pass reaches the end; an abandoned
+        pass leaves the log unindexed, to be indexed on its next use.
+        """
+        frames = self._unindexed
+        assert frames is not None
+        where = self.where
+        collect = self._wanted
+        chunks: list[Chunk] = []
+        collected: list[Event] = []
+        seq = 0
+        with contextlib.closing(zframes.decode_many(self.data, frames, 1)) as plaintexts:
+            for i, (frame, plaintext) in enumerate(zip(frames, plaintexts, strict=True)):
+                problem = _shape_problem(plaintext)
+                if problem is not None:
+                    raise _frame_error(problem, i, where)
+                lines = plaintext[:-1].split(b"\n")
+                first = seq
+                try:
+                    for line in lines:
+                        ev = parse_event(line, seq, where=where)
+                        seq += 1
+                        if ev.type in collect:
+                            collected.append(ev)
+                        if wanted is None or ev.type in wanted:
+                            yield ev
+                except CorruptLog:
+                    if b"" in lines:  # an empty line is named as such, not as bad JSON
+                        raise _frame_error("empty line", i, where) from None
+                    raise
+                chunks.append(Chunk(frame, first, len(lines), len(lines)))
+        if self._unindexed is frames:
+            self._unindexed = None
+            self.chunks = chunks
+            self.collected = collected
+            self._count = seq
 
     def last_event(self, types: Iterable[str], through: int) -> Event | None:
         """The last event of ``types`` at or before seq ``through``, or None.
@@ -182,6 +252,7 @@ class SessionLog:
                 if ev.type in wanted:
                     return ev
             return None
+        self._require_index()
         if through < 0 or not self.chunks:
             return None
         tokens = type_tokens(wanted)
@@ -200,6 +271,7 @@ class SessionLog:
         """Stored line bytes (without 0x0A) of events ``first..last`` inclusive (v2+ only)."""
         if self._expanded is not None:
             raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
+        self._require_index()
         for index, chunk in enumerate(self.chunks):
             lo, hi = chunk.first_seq, chunk.first_seq + chunk.count - 1
             if hi < first or lo > last:
@@ -213,23 +285,45 @@ class SessionLog:
         Frames that lie wholly inside the prefix are returned byte for byte; only the frame
         holding ``last`` is cut, and its lines are returned as plaintext to be re-encoded.
         """
+        run, whole, tail = self.prefix_run(last)
+        if not whole:
+            return [], tail
+        frames = [chunk.frame for chunk in self.chunks[:whole]]
+        start = frames[0].start if frames[0] is not None else 0
+        return [run[f.start - start : f.end - start] for f in frames if f is not None], tail
+
+    def prefix_run(self, last: int) -> tuple[bytes, int, bytes]:
+        """``prefix`` as one run: (the whole frames' bytes, how many frames, plaintext tail).
+
+        The whole frames are adjacent in the file, so they are copied as one run and written
+        with one call (a fork of a 100 MB log copies thousands of them).
+        """
         if self._expanded is not None:
             raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
-        verbatim: list[bytes] = []
-        tail = b""
         if last < 0:
-            return verbatim, tail
-        for index, chunk in enumerate(self.chunks):
-            hi = chunk.first_seq + chunk.count - 1
-            if chunk.first_seq > last:
-                break
-            if hi <= last and chunk.frame is not None:
-                verbatim.append(self.data[chunk.frame.start : chunk.frame.end])
-                continue
-            lines = self.chunk_lines(index)[: last - chunk.first_seq + 1]
+            return b"", 0, b""
+        whole = self.whole_frames(last)
+        run = b""
+        if whole:
+            first, end = self.chunks[0].frame, self.chunks[whole - 1].frame
+            assert first is not None and end is not None
+            run = self.data[first.start : end.end]
+        tail = b""
+        if whole < len(self.chunks) and self.chunks[whole].first_seq <= last:
+            chunk = self.chunks[whole]
+            lines = self.chunk_lines(whole)[: last - chunk.first_seq + 1]
             tail = b"".join(line + b"\n" for line in lines)
-            break
-        return verbatim, tail
+        return run, whole, tail
+
+    def whole_frames(self, last: int) -> int:
+        """How many leading body frames hold only events ``0..last`` (0 for a plain log)."""
+        self._require_index()
+        whole = 0
+        for chunk in self.chunks:
+            if chunk.frame is None or chunk.first_seq + chunk.count - 1 > last:
+                break
+            whole += 1
+        return whole
 
 
 def type_tokens(types: Iterable[str]) -> list[bytes]:
@@ -356,12 +450,21 @@ def _header_from_frame(
 
 
 def open_log(
-    generation: Generation, *, collect: Iterable[str] = (), check_dir: bool = True
+    generation: Generation,
+    *,
+    collect: Iterable[str] = (),
+    check_dir: bool = True,
+    index: bool = True,
+    count_lines: bool = True,
 ) -> SessionLog:
     """Stable-read and index one generation (format §13 steps 2–6).
 
     Events whose type is in ``collect`` are parsed during the same pass and kept in
     ``log.collected``, so a caller that needs a few types decodes every frame only once.
+    A caller that will read every event anyway (inspect, validation) passes ``index=False``:
+    the frames are then indexed by its first ``events()`` pass, and each is decoded once.
+    ``count_lines=False`` takes each frame's line count from its last line's seq instead of
+    counting (see ``_build_index``): for a caller that copies frames it never reads.
     """
     _check_version(generation)
     data, identity = stable_read(generation.path)
@@ -378,11 +481,17 @@ def open_log(
         if wanted:
             log.collected = list(log.events(wanted))
         return log
-    return _index_zstd(generation, data, identity, wanted)
+    return _index_zstd(generation, data, identity, wanted, index=index, count_lines=count_lines)
 
 
 def _index_zstd(
-    generation: Generation, data: bytes, identity: Identity, wanted: frozenset[str]
+    generation: Generation,
+    data: bytes,
+    identity: Identity,
+    wanted: frozenset[str],
+    *,
+    index: bool = True,
+    count_lines: bool = True,
 ) -> SessionLog:
     where = str(generation.path)
     scan = zframes.scan(data)
@@ -395,59 +504,126 @@ def _index_zstd(
         complete = tail[: tail.rfind(b"\n") + 1]
         recovered = tuple(complete[:-1].split(b"\n")) if complete else ()
         log.torn = TornTail(scan.torn_start, scan.size - scan.torn_start, recovered)
+    body = scan.frames[1:]
     if generation.version < 2:
-        bodies = [zframes.decode(data, frame, i + 1) for i, frame in enumerate(scan.frames[1:])]
-        _expand_all(log, b"".join(bodies), where)
+        _expand_all(log, b"".join(zframes.decode_many(data, body, 1)), where)
         log.collected = [ev for ev in log._expanded or () if ev.type in wanted]
         return log
-    tokens = type_tokens(wanted)
-    seq = 0
-    for i, frame in enumerate(scan.frames[1:]):
-        plaintext = zframes.decode(data, frame, i + 1)
-        if not plaintext:
-            raise CorruptLog(f"{where}: empty frame {i + 2}", frame=i + 1)
-        if not plaintext.endswith(b"\n"):
-            raise CorruptLog(
-                f"{where}: complete frame {i + 2} contains a torn JSONL record", frame=i + 1
-            )
-        if plaintext.startswith(b"\n"):
-            raise CorruptLog(f"{where}: empty line in frame {i + 2}", frame=i + 1)
-        count = plaintext.count(b"\n")
-        try:
-            _check_edges(plaintext, seq, count, where)
-        except CorruptLog:
-            # An empty line shifts the edge seqs, so it is looked for only when they are wrong:
-            # a whole extra pass over every frame of a huge log would cost a tenth of a fork.
-            if _EMPTY_LINE.search(plaintext):
-                raise CorruptLog(f"{where}: empty line in frame {i + 2}", frame=i + 1) from None
-            raise
-        if tokens:
-            for offset, line in _matching_lines(plaintext, tokens):
-                ev = parse_event(line, seq + offset, where=where)
-                if ev.type in wanted:
-                    log.collected.append(ev)
-        log.chunks.append(Chunk(frame, seq, count, count))
-        seq += count
-    log.event_count = seq
+    log._wanted = wanted
+    if index:
+        _build_index(log, body, wanted, count_lines)
+    else:
+        log._unindexed = body
     return log
 
 
-def _check_edges(plaintext: bytes, first_seq: int, count: int, where: str) -> None:
-    """Parse the first and last line of a frame: seq density is checked at every frame edge.
+_FrameSummary = tuple[str | None, int, bytes, bytes, list[tuple[int, bytes]]]
+"""What indexing needs from one frame: (shape problem, line count, first line, last line,
+candidate lines). Plain values, so that a child process can compute and send it."""
 
-    When an edge is wrong, the frame's lines are parsed in order so that the error names the
-    first bad line rather than the edge where the damage became visible.
+
+def _summarizer(tokens: list[bytes], count_lines: bool) -> Callable[[bytes], _FrameSummary]:
+    """The per-frame reduction, run wherever the frame is decoded (it reads only its argument).
+
+    Without ``count_lines`` the count is 1 for a one-line frame and 0 (unknown) otherwise.
     """
-    try:
+
+    def summarize(plaintext: bytes) -> _FrameSummary:
+        problem = _shape_problem(plaintext)
+        if problem is not None:
+            return (problem, 0, b"", b"", [])
         first_end = plaintext.find(b"\n")
-        parse_event(plaintext[:first_end], first_seq, where=where)
-        if count > 1:
-            last_start = plaintext.rfind(b"\n", 0, len(plaintext) - 1) + 1
-            parse_event(plaintext[last_start:-1], first_seq + count - 1, where=where)
-    except CorruptLog:
-        for seq, line in enumerate(plaintext[:-1].split(b"\n"), first_seq):
-            parse_event(line, seq, where=where)
-        raise
+        last_start = plaintext.rfind(b"\n", 0, len(plaintext) - 1) + 1
+        hits = list(_matching_lines(plaintext, tokens)) if tokens else []
+        if count_lines:
+            count = plaintext.count(b"\n")
+        else:
+            count = 1 if first_end == len(plaintext) - 1 else 0
+        return (None, count, plaintext[:first_end], plaintext[last_start:-1], hits)
+
+    return summarize
+
+
+def _shape_problem(plaintext: bytes) -> str | None:
+    if not plaintext:
+        return "empty frame"
+    if plaintext[-1] != 0x0A:
+        return "torn record"
+    if plaintext[0] == 0x0A:
+        return "empty line"
+    return None
+
+
+def _frame_error(problem: str, i: int, where: str) -> CorruptLog:
+    """The corruption of body frame ``i`` (frame ``i + 2`` of the file, counting from 1)."""
+    if problem == "empty frame":
+        message = f"{where}: empty frame {i + 2}"
+    elif problem == "torn record":
+        message = f"{where}: complete frame {i + 2} contains a torn JSONL record"
+    else:
+        message = f"{where}: empty line in frame {i + 2}"
+    return CorruptLog(message, frame=i + 1)
+
+
+def _build_index(
+    log: SessionLog,
+    frames: tuple[zframes.Frame, ...],
+    wanted: frozenset[str],
+    count_lines: bool = True,
+) -> None:
+    """Index every body frame: decoded and checked once, only edge and candidate lines parsed.
+
+    Seq density is checked at every frame edge: the first line's seq continues the previous
+    frame and, with ``count_lines``, the last line's seq matches the frame's line count.
+    Without it the last line's seq says how many lines the frame holds (a fork copies
+    thousands of frames it never splits, and counting their lines costs a fifth of the
+    fork); a frame that is split later is held to that count (``chunk_lines``). The lines of
+    the types in ``wanted`` are parsed into ``collected``.
+    """
+    where = log.where
+    summarize = _summarizer(type_tokens(wanted), count_lines)
+    summaries = zframes.map_frames(log.data, frames, summarize, 1)
+    seq = 0
+    with contextlib.closing(summaries):
+        for i, (frame, (problem, counted, first, last, hits)) in enumerate(
+            zip(frames, summaries, strict=True)
+        ):
+            count = counted
+            if problem is not None:
+                raise _frame_error(problem, i, where)
+            try:
+                parse_event(first, seq, where=where)
+                if count == 0:
+                    count = parse_event(last, None, where=where).seq - seq + 1
+                    if count < 2:
+                        raise CorruptLog(
+                            f"{where}: frame {i + 2} ends with seq {seq + count - 1}, not after "
+                            f"its first seq {seq}",
+                            frame=i + 1,
+                        )
+                elif count > 1:
+                    parse_event(last, seq + count - 1, where=where)
+            except CorruptLog:
+                _name_first_bad_line(log, frame, i, seq)
+                raise
+            for offset, line in hits:
+                ev = parse_event(line, seq + offset, where=where)
+                if ev.type in wanted:
+                    log.collected.append(ev)
+            log.chunks.append(Chunk(frame, seq, count, count))
+            seq += count
+    log.event_count = seq
+
+
+def _name_first_bad_line(log: SessionLog, frame: zframes.Frame, i: int, first_seq: int) -> None:
+    """A wrong frame edge: parse the frame's lines in order, so that the error names the first
+    bad line rather than the edge where the damage became visible (an empty line shifts the
+    edge seqs, so it is looked for only here, never on the hot path)."""
+    plaintext = zframes.decode(log.data, frame, i + 1)
+    if _EMPTY_LINE.search(plaintext):
+        raise _frame_error("empty line", i, log.where)
+    for seq, line in enumerate(plaintext[:-1].split(b"\n"), first_seq):
+        parse_event(line, seq, where=log.where)
 
 
 def _index_plain(generation: Generation, data: bytes, identity: Identity) -> SessionLog:

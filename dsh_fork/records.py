@@ -278,36 +278,40 @@ class Event:
         return self.obj.get("ignorable") is True
 
 
-def parse_event(line: bytes, expected_seq: int, *, where: str = "log") -> Event:
-    """Envelope of one v2+ line; a non-object, a missing type or a wrong seq is corruption."""
+def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") -> Event:
+    """Envelope of one v2+ line; a non-object, a missing type or a wrong seq is corruption.
+
+    With ``expected_seq`` None any non-negative seq is taken: the last line of a frame, whose
+    seq says how many lines the frame holds when they were not counted.
+    """
+    label = "at a frame end" if expected_seq is None else expected_seq
     try:
         value, lenient = orjson.loads(line), False
     except orjson.JSONDecodeError:
         try:
             value, lenient = parse_line(line)
         except LineError as exc:
-            raise CorruptLog(
-                f"{where}: event {expected_seq} is not JSON ({exc})", line=expected_seq
-            ) from None
+            raise CorruptLog(f"{where}: event {label} is not JSON ({exc})", line=label) from None
     if not isinstance(value, dict):
-        raise CorruptLog(f"{where}: event {expected_seq} is not an object", line=expected_seq)
+        raise CorruptLog(f"{where}: event {label} is not an object", line=label)
     event_type = value.get("type")
     if not isinstance(event_type, str):
-        raise CorruptLog(f"{where}: event {expected_seq} has no type", line=expected_seq)
+        raise CorruptLog(f"{where}: event {label} has no type", line=label)
     seq = value.get("seq")
     # Fast paths for plain integers (every line DSH writes); other spellings take safe_int.
     if type(seq) is not int:
         seq = nonneg_int(seq)
-    if seq != expected_seq:
+    if seq is None or (seq != expected_seq and (expected_seq is not None or seq < 0)):
+        expected = "a non-negative seq" if expected_seq is None else str(expected_seq)
         raise CorruptLog(
-            f"{where}: seq {value.get('seq')!r} where {expected_seq} was expected (seqs must be "
+            f"{where}: seq {value.get('seq')!r} where {expected} was expected (seqs must be "
             "dense from 0)",
-            line=expected_seq,
+            line=label,
         )
     time = value.get("time")
     if type(time) is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
         time = safe_int(time)
-    return Event(expected_seq, event_type, time, value.get("data", MISSING), value, line, lenient)
+    return Event(seq, event_type, time, value.get("data", MISSING), value, line, lenient)
 
 
 def expand_row(value: dict[str, Any], expected_seq: int, where: str = "log") -> list[Event]:
