@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from safetykit import CASES, STATS, guarded, is_read_only, roots_of
 from typer.testing import CliRunner
 
 from dsh_fork import frames as zframes
@@ -105,10 +106,29 @@ class Result:
 
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> Result:
-    """Run the CLI in-process with separate stdout and stderr."""
+    """Run the CLI in-process with separate stdout and stderr.
+
+    Every run is checked by the source guard (``safetykit``): each generation file under the
+    roots the command line names stays byte-identical, or — for fork and relink — keeps its
+    committed bytes and gains only whole frames; read-only commands change nothing at all.
+    """
+    argv = [str(a) for a in args]
     runner = CliRunner()
-    result = runner.invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+    with guarded(roots_of(argv, env), read_only=is_read_only(argv), what=" ".join(argv)):
+        result = runner.invoke(app, argv, env=env, catch_exceptions=False)
     return Result(result.exit_code, result.stdout, result.stderr)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Make the safety counts visible in every run's output (issue 5)."""
+    if STATS["runs"]:
+        terminalreporter.write_line(
+            f"source guard: {STATS['runs']} CLI runs checked, {STATS['files']} generation "
+            "files compared before/after"
+        )
+    if CASES:
+        cases = ", ".join(f"{kind} {n}" for kind, n in sorted(CASES.items()))
+        terminalreporter.write_line(f"safety cases: {sum(CASES.values())} ({cases})")
 
 
 class LockHolder:

@@ -1,0 +1,260 @@
+"""Safety checks shared by the whole suite: the source guard and the fuzz case counter.
+
+The source guard (issue 5, guarantee 6) snapshots every generation file under the roots a
+command can touch and checks afterwards that each one is byte-identical, or (for a writing
+command) that its committed bytes are an exact prefix of the new bytes and everything after
+them is whole, decodable zstd frames. ``conftest.run_cli`` wraps every CLI invocation of the
+suite in it; the crash harness calls it after every simulated and real crash.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dsh_fork import frames as zframes
+from dsh_fork.errors import CorruptLog
+from dsh_fork.generations import is_temp_name, parse_name
+from dsh_fork.layout import resolve_root
+from dsh_fork.writer import is_own_temp
+
+CASES: Counter[str] = Counter()
+"""Fuzz and crash cases run in this session, by kind; printed in the terminal summary."""
+
+READ_ONLY_COMMANDS = frozenset(("inspect", "list-agents", "doctor"))
+WRITING_COMMANDS = frozenset(("fork", "relink", "fixture"))
+
+
+def count(kind: str, n: int = 1) -> None:
+    CASES[kind] += n
+
+
+# -- what lies under a root ---------------------------------------------------------------------
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as scan:
+            return [Path(e.path) for e in scan if e.is_dir()]
+    except OSError:
+        return []
+
+
+def _files(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as scan:
+            return [Path(e.path) for e in scan if e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def generation_files(root: Path) -> dict[Path, bytes]:
+    """The bytes of every canonical generation file of every session dir of ``root``."""
+    out: dict[Path, bytes] = {}
+    for project in _subdirs(root):
+        for session_dir in _subdirs(project):
+            for path in _files(session_dir):
+                if parse_name(path.name) is not None:
+                    out[path] = path.read_bytes()
+    return out
+
+
+def foreign_temps(root: Path) -> set[Path]:
+    """Temp files under ``root`` that dsh-fork does not own (DSH's, other tools'): never
+    deleted by any command."""
+    out: set[Path] = set()
+    for project in _subdirs(root):
+        for session_dir in _subdirs(project):
+            for path in _files(session_dir):
+                if is_temp_name(path.name) and not is_own_temp(path.name):
+                    out.add(path)
+    return out
+
+
+def file_listing(root: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every entry under ``root``: what a read-only command never changes
+    (a lock probe opens ``session.lock`` read-only and changes nothing)."""
+    out: dict[str, tuple[int, int]] = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            size = 0 if os.path.isdir(path) else st.st_size
+            out[os.path.relpath(path, root)] = (size, st.st_mtime_ns)
+    return out
+
+
+# -- the guard ------------------------------------------------------------------------------------
+
+
+def appended_problem(old: bytes, new: bytes, *, torn_ok: bool = False) -> str | None:
+    """Why ``new`` is not ``old`` plus whole frames, or None.
+
+    A torn tail of ``old`` (bytes after its complete frames) may have been cut off and
+    replaced: that is DSH's own recovery (format §5.3), which relink performs under the lock.
+    ``torn_ok`` admits a torn frame at the very end of ``new`` (a run that crashed mid-write).
+    """
+    if new == old:
+        return None
+    try:
+        committed = zframes.scan(old).committed_end
+    except CorruptLog:
+        return "a corrupt generation file was changed"
+    if not new.startswith(old[:committed]):
+        return f"bytes before offset {committed} changed"
+    added = new[committed:]
+    try:
+        scan = zframes.scan(added)
+    except CorruptLog as exc:
+        return f"the bytes added after offset {committed} are not zstd frames: {exc}"
+    if scan.torn_start is not None and not torn_ok:
+        return f"a torn frame was left at offset {committed + scan.torn_start}"
+    for index, frame in enumerate(scan.frames):
+        try:
+            zframes.decode(added, frame, index)
+        except CorruptLog as exc:
+            return f"an added frame does not decode: {exc}"
+    return None
+
+
+@dataclass
+class RootGuard:
+    """A snapshot of the generation files under some roots, checked after a command."""
+
+    roots: list[Path]
+    read_only: bool
+    before: dict[Path, bytes] = field(default_factory=dict)
+    temps: set[Path] = field(default_factory=set)
+    listings: dict[Path, dict[str, tuple[int, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for root in self.roots:
+            self.before.update(generation_files(root))
+            self.temps |= foreign_temps(root)
+            if self.read_only:
+                self.listings[root] = file_listing(root)
+        STATS["runs"] += 1
+        STATS["files"] += len(self.before)
+
+    def problems(self, *, torn_ok: bool = False) -> list[str]:
+        out: list[str] = []
+        after: dict[Path, bytes] = {}
+        for root in self.roots:
+            after.update(generation_files(root))
+        for path, old in self.before.items():
+            new = after.get(path)
+            if new is None:
+                out.append(f"{path}: a generation file was deleted")
+                continue
+            if new == old:
+                continue
+            if self.read_only:
+                out.append(f"{path}: changed by a read-only command")
+                continue
+            if parse_name(path.name) != (4, "zstd"):
+                out.append(f"{path}: a generation other than v4 zstd was written")
+                continue
+            problem = appended_problem(old, new, torn_ok=torn_ok)
+            if problem is not None:
+                out.append(f"{path}: {problem}")
+        old_dirs = {path.parent for path in self.before}
+        for path in after.keys() - self.before.keys():
+            if path.parent in old_dirs:
+                out.append(f"{path}: a new generation beside an existing session's")
+        for path in self.temps:
+            if not path.exists():
+                out.append(f"{path}: a temp dsh-fork does not own was deleted")
+        for root, listing in self.listings.items():
+            now = file_listing(root)
+            if now != listing:
+                changed = sorted(set(now.items()) ^ set(listing.items()))[:5]
+                out.append(f"{root}: a read-only command changed the tree: {changed}")
+        return out
+
+    def check(self, *, torn_ok: bool = False, what: str = "") -> None:
+        problems = self.problems(torn_ok=torn_ok)
+        assert not problems, f"source guard ({what}):\n" + "\n".join(problems)
+
+
+STATS: Counter[str] = Counter()
+"""How many guarded runs and snapshotted generation files the suite checked."""
+
+
+@contextmanager
+def guarded(roots: Iterable[Path], *, read_only: bool = False, what: str = "") -> Iterator[None]:
+    """Check the guard after the block; a block that raised may leave a torn frame (a crash)."""
+    guard = RootGuard(_unique(roots), read_only)
+    try:
+        yield
+    except BaseException:
+        guard.check(torn_ok=True, what=what)
+        raise
+    guard.check(what=what)
+
+
+def _unique(roots: Iterable[Path]) -> list[Path]:
+    out: list[Path] = []
+    for root in roots:
+        resolved = root.resolve()
+        if resolved not in out:
+            out.append(resolved)
+    return out
+
+
+# -- which roots a command line touches -----------------------------------------------------------
+
+
+def command_of(args: Sequence[str]) -> str | None:
+    for arg in args:
+        if arg in READ_ONLY_COMMANDS or arg in WRITING_COMMANDS:
+            return arg
+    return None
+
+
+def roots_of(args: Sequence[str], env: Mapping[str, str | None] | None) -> list[Path]:
+    """Every root the arguments can name: ``--root``, ``DSH_HOME`` (or its default), and the
+    root a session path argument implies (its session dir's grandparent)."""
+    merged: dict[str, str] = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    roots: list[Path] = []
+    explicit = False
+    for index, arg in enumerate(args):
+        value = None
+        if arg == "--root" and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith("--root="):
+            value = arg.removeprefix("--root=")
+        if value is not None:
+            explicit = True
+            roots.append(resolve_root(value, merged))
+    if not explicit:
+        roots.append(resolve_root(None, merged))
+    for arg in args:
+        if arg.startswith("-") or "\x00" in arg:
+            continue
+        try:
+            path = Path(arg)
+            if not path.exists():
+                continue
+            path = path.resolve()
+        except (OSError, ValueError):
+            continue
+        session_dir = path.parent if path.is_file() else path
+        if any(parse_name(p.name) is not None for p in _files(session_dir)):
+            roots.append(session_dir.parent.parent)
+    return roots
+
+
+def is_read_only(args: Sequence[str]) -> bool:
+    command = command_of(args)
+    return command in READ_ONLY_COMMANDS or (command in WRITING_COMMANDS and "--dry-run" in args)
