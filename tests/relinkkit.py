@@ -131,6 +131,63 @@ def run(root: Path, fork_id: str, **options: Any) -> RelinkSummary:
     return relink(located, located.find(fork_id), **options)
 
 
+# -- the peer plugin's copy-tree scenario (semantics §10.4) --------------------------------
+
+
+@dataclass
+class PluginScenario:
+    parent: SessionSpec
+    children: list[SessionSpec]
+    open_child: SessionSpec
+    grand: SessionSpec
+    other: SessionSpec
+    fork: SessionSpec
+
+
+def plugin_scenario(root: Path, clock: Clock, *, children: int = 11) -> PluginScenario:
+    """P_A with 11 completed children, one open child, a grandchild under child 01, a child
+    of another session; its 12 facts before its last turn/end; C_A forked at that turn/end.
+    ``children`` makes a smaller variant (the crash harness's cheap default)."""
+    parent = SessionSpec(id="session-P_A", created_at=clock(), cwd=CWD)
+    parent.turn(clock, "spawn the reviewers")
+    parent.flush()
+    kids: list[SessionSpec] = []
+    grand: SessionSpec | None = None
+    for k in range(1, children + 1):
+        child_id = f"a-child-{k:02d}"
+        child = SessionSpec(
+            id=child_id, created_at=clock(), cwd=CWD, parent=parent.id, origin="subagent", depth=1
+        )
+        child.descriptor(
+            clock,
+            f"child {k}",
+            provider="spawn",
+            agent_provider="deepseek",
+            agent_model="deepseek-chat",
+        )
+        if k == 1:
+            grand = subagent(clock, "a-grand", child, label="grand")
+        child.turn(clock, f"review part {k}")
+        parent.catalog(clock, child, label=f"child {k}")
+        kids.append(child)
+    open_child = SessionSpec(
+        id="a-open", created_at=clock(), cwd=CWD, parent=parent.id, origin="subagent", depth=1
+    )
+    open_child.descriptor(clock, "still working")
+    open_child.open_turn(clock)
+    parent.catalog(clock, open_child, label="still working")
+    parent.flush()
+    boundary = parent.turn(clock, "thanks")
+    other_parent = SessionSpec(id="session-other", created_at=clock(), cwd=CWD)
+    other_parent.turn(clock)
+    other = subagent(clock, "z-other", other_parent)
+    fork = fork_of(parent, "session-C_A", clock(), at=boundary)
+    assert grand is not None
+    for spec in (parent, *kids, open_child, grand, other_parent, other, fork):
+        spec.publish(root)
+    return PluginScenario(parent, kids, open_child, grand, other, fork)
+
+
 # -- reading results ------------------------------------------------------------------------
 
 

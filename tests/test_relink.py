@@ -3,7 +3,6 @@ forks are repaired, and that a second run changes nothing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from relinkkit import (
     log_of,
     oplog_lines,
     own_catalog,
+    plugin_scenario,
     run,
     session_path,
     subagent,
@@ -38,60 +38,7 @@ from dsh_fork.reader import current_generation, open_log
 from dsh_fork.relink import fork_point as make_fork_point
 from dsh_fork.relink import plan_new_fork, relink_all
 
-# -- the plugin's own scenario ----------------------------------------------------------------
-
-
-@dataclass
-class PluginScenario:
-    parent: SessionSpec
-    children: list[SessionSpec]
-    open_child: SessionSpec
-    grand: SessionSpec
-    other: SessionSpec
-    fork: SessionSpec
-
-
-def plugin_scenario(root: Path, clock: Clock) -> PluginScenario:
-    """P_A with 11 completed children, one open child, a grandchild under child 01, a child
-    of another session; its 12 facts before its last turn/end; C_A forked at that turn/end."""
-    parent = SessionSpec(id="session-P_A", created_at=clock(), cwd=CWD)
-    parent.turn(clock, "spawn the reviewers")
-    parent.flush()
-    children: list[SessionSpec] = []
-    grand: SessionSpec | None = None
-    for k in range(1, 12):
-        child_id = f"a-child-{k:02d}"
-        child = SessionSpec(
-            id=child_id, created_at=clock(), cwd=CWD, parent=parent.id, origin="subagent", depth=1
-        )
-        child.descriptor(
-            clock,
-            f"child {k}",
-            provider="spawn",
-            agent_provider="deepseek",
-            agent_model="deepseek-chat",
-        )
-        if k == 1:
-            grand = subagent(clock, "a-grand", child, label="grand")
-        child.turn(clock, f"review part {k}")
-        parent.catalog(clock, child, label=f"child {k}")
-        children.append(child)
-    open_child = SessionSpec(
-        id="a-open", created_at=clock(), cwd=CWD, parent=parent.id, origin="subagent", depth=1
-    )
-    open_child.descriptor(clock, "still working")
-    open_child.open_turn(clock)
-    parent.catalog(clock, open_child, label="still working")
-    parent.flush()
-    boundary = parent.turn(clock, "thanks")
-    other_parent = SessionSpec(id="session-other", created_at=clock(), cwd=CWD)
-    other_parent.turn(clock)
-    other = subagent(clock, "z-other", other_parent)
-    fork = fork_of(parent, "session-C_A", clock(), at=boundary)
-    assert grand is not None
-    for spec in (parent, *children, open_child, grand, other_parent, other, fork):
-        spec.publish(root)
-    return PluginScenario(parent, children, open_child, grand, other, fork)
+# -- the plugin's own scenario (built by relinkkit.plugin_scenario) -------------------------
 
 
 def test_the_plugin_scenario_copies_the_branch_tree(root: Path, clock: Clock) -> None:
