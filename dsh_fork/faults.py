@@ -3,10 +3,10 @@
 Every durable step of the writer (mkdir, lock file creation, file write, fsync, link, rename,
 append, truncate, unlink) calls ``step`` before and ``done`` after itself. A plan installed with
 ``install`` (or through the ``DSH_FORK_FAULT`` environment variable, for subprocess tests, as
-``kill:K``, ``crash:K``, ``tear:K``, ``enospc:K``, ``eacces:K`` or ``eio:K``) then acts at the
-K-th step: errors replace the step, crashes happen right after it, and ``tear`` makes a write
-step write only half of its bytes before the crash (a torn frame). With no plan every call is a
-no-op.
+``kill:K``, ``crash:K``, ``tear:K``, ``enospc:K``, ``eacces:K``, ``erofs:K`` or ``eio:K``)
+then acts at the K-th step: errors replace the step, crashes happen right after it, and
+``tear`` makes a write step write only half of its bytes before the crash (a torn frame). With
+no plan every call is a no-op.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV_VAR = "DSH_FORK_FAULT"
-_ERRNOS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO}
+_ERRNOS = {
+    "enospc": errno.ENOSPC,
+    "eacces": errno.EACCES,
+    "erofs": errno.EROFS,
+    "eio": errno.EIO,
+}
 
 
 class InjectedCrash(BaseException):
