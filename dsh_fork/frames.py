@@ -8,16 +8,13 @@ tail or stop silently at the first frame.
 from __future__ import annotations
 
 import contextlib
-import marshal
-import os
-import signal
-import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import zstandard
 
+from . import parallel
 from .errors import CorruptLog
 
 ZSTD_MAGIC = 0xFD2FB528
@@ -29,8 +26,6 @@ _MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
 T = TypeVar("T")
 
-SPLIT_MIN_BYTES = 2 << 20
-"""Below this much compressed data, every frame is mapped by the calling process."""
 CHILD_SHARE = 0.52
 """The child's share of the frames (by compressed bytes): the parent also folds the results."""
 
@@ -194,31 +189,16 @@ def map_frames(
     as ``decode`` does.
 
     ``first_index`` is the index of ``frames[0]`` in the file (for error messages). A large
-    log is split in two: a forked child maps the later frames while this process maps the
-    earlier ones (and its caller works on them), so decoding and ``then`` use two cores with
-    no interpreter lock to share. ``then`` must depend on its argument only and return what
-    ``marshal`` can carry (bytes, numbers, strings, None, tuples, lists). Whatever the child
-    does not deliver (it could not start, died, or met a defect) is mapped here, in order, so
-    a defect is raised exactly where a sequential pass raises it.
+    log is split in two: a child process (``parallel``) maps the later frames while this
+    process maps the earlier ones and its caller works on them. ``then`` must depend on its
+    argument only and return picklable values. Whatever the child does not deliver (it could
+    not start, died, or met a defect) is mapped here, in order, so a defect is raised exactly
+    where a sequential pass raises it.
     """
     view = memoryview(data)
-    if _can_split(frames):
-        return _map_split(view, frames, then, first_index)
-    return _map_part(view, frames, then, first_index)
-
-
-def _can_split(frames: Sequence[Frame]) -> bool:
-    """A child only pays off on a large log, with two cores; and a process is forked only
-    while it runs a single thread (a child of a threaded process may inherit held locks)."""
-    if not frames or frames[-1].end - frames[0].start < SPLIT_MIN_BYTES:
-        return False
-    if not hasattr(os, "fork") or threading.active_count() != 1:
-        return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on every platform
-        cores = os.cpu_count() or 1
-    return cores >= 2
+    if not frames or frames[-1].end - frames[0].start < parallel.SPLIT_MIN_BYTES:
+        return _map_part(view, frames, then, first_index)
+    return _map_split(view, frames, then, first_index)
 
 
 def _map_part(
@@ -232,69 +212,30 @@ def _map_part(
 def _map_split(
     view: memoryview, frames: Sequence[Frame], then: Callable[[bytes], T], first_index: int
 ) -> Generator[T, None, None]:
-    total = frames[-1].end - frames[0].start
-    cut = next(
-        (k for k, f in enumerate(frames) if f.start - frames[0].start >= total * (1 - CHILD_SHARE)),
-        len(frames),
-    )
-    read_fd, write_fd = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read_fd)
-        os.close(write_fd)
+    start = frames[0].start
+    share = (frames[-1].end - start) * (1 - CHILD_SHARE)
+    cut = next((k for k, f in enumerate(frames) if f.start - start >= share), len(frames))
+
+    def later() -> list[T]:
+        done: list[T] = []
+        # A defect ends the child's part; this process maps that frame again and raises.
+        with contextlib.suppress(Exception):
+            for item in _map_part(view, frames[cut:], then, first_index + cut):
+                done.append(item)
+        return done
+
+    child = parallel.start(later)
+    if child is None:
         yield from _map_part(view, frames, then, first_index)
         return
-    if pid == 0:  # the child: map the later frames, send them, and leave at once
-        status = 1
-        try:
-            os.close(read_fd)
-            done: list[T] = []
-            # A defect ends the child's part; the parent maps that frame again and raises.
-            with contextlib.suppress(BaseException):
-                for item in _map_part(view, frames[cut:], then, first_index + cut):
-                    done.append(item)
-            _write_fd(write_fd, marshal.dumps(done))
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    reaped = False
     try:
         yield from _map_part(view, frames[:cut], then, first_index)
-        payload = _read_fd(read_fd)
-        _, status = os.waitpid(pid, 0)
-        reaped = True
-        delivered: list[T] = []
-        if status == 0:
-            try:
-                delivered = marshal.loads(payload)
-            except (EOFError, ValueError, TypeError):
-                delivered = []
+        delivered: list[T] = child.result() or []
         yield from delivered
         rest = cut + len(delivered)
         yield from _map_part(view, frames[rest:], then, first_index + rest)
     finally:
-        os.close(read_fd)
-        if not reaped:  # the caller stopped early, or failed: the child's work is not needed
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-
-
-def _write_fd(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_fd(fd: int) -> bytes:
-    pieces: list[bytes] = []
-    while True:
-        piece = os.read(fd, 1 << 20)
-        if not piece:
-            return b"".join(pieces)
-        pieces.append(piece)
+        child.cancel()
 
 
 def decode_torn(data: bytes | memoryview, start: int, index: int = 0) -> bytes:

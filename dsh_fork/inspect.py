@@ -23,7 +23,7 @@ from .discovery import Located, locate
 from .errors import CorruptLog, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
-from .model import MODEL_TYPES, Facts, derive
+from .model import MODEL_TYPES, Facts
 from .reader import SessionLog, open_log, parse_recovered, peek_fields
 from .records import Event, decode_source_seqs, header_version
 from .validation import (
@@ -364,39 +364,46 @@ def _where(error: CorruptLog, path: Path) -> CorruptLog:
 
 def inspect_session(located: Located, *, events: bool) -> InspectReport:
     """Read the chosen generation once and build the report; findings never fail it."""
+    # Every object made here is acyclic; the collector's passes over the millions of parsed
+    # values of a large log would cost a tenth of the run and free nothing.
+    with paused_gc():
+        return _inspect(located, events=events)
+
+
+def _inspect(located: Located, *, events: bool) -> InspectReport:
     generation = located.generation
     try:
-        log = open_log(generation)
+        # The events pass below indexes the frames too: each frame is decoded once.
+        log = open_log(generation, index=False)
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
     validator = Validator(log.header, log.version)
     feed = validator.feed
+    facts = Facts(log.header, 0)
+    add = facts.add
     types: list[str] = []
-    model_events: list[Event] = []
     last_request: Event | None = None  # request headers can be large: keep only the latest
     lines: list[EventLine] | None = [] if events else None
     try:
-        with paused_gc():
-            for ev in log.events():
-                feed(ev)
-                kind = ev.type
-                types.append(kind)
-                if kind in MODEL_TYPES:
-                    if kind == "request/header":
-                        last_request = ev
-                    else:
-                        model_events.append(ev)
-                if lines is not None:
-                    lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
+        for ev in log.events():
+            feed(ev)
+            kind = ev.type
+            types.append(kind)
+            if kind in MODEL_TYPES:
+                if kind == "request/header":
+                    last_request = ev
+                else:
+                    add(ev)
+            if lines is not None:
+                lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
     by_type = Counter(types)
     del types
     if last_request is not None:
-        model_events.append(last_request)
-    facts = derive(log.header, log.event_count, model_events)
+        add(last_request)
+    facts.event_count = log.event_count
     facts.torn = log.torn
-    del model_events
 
     findings = file_findings(log) + validator.finish()
     chosen = survey_generation(generation, events=log.event_count, turn_ends=validator.turn_ends)

@@ -58,7 +58,9 @@ class Facts:
 
     header: Header
     event_count: int
-    turn_marks: list[tuple[int, bool, Event]] = field(default_factory=list)
+    turn_marks: list[tuple[int, bool, int | None]] = field(default_factory=list)
+    """(seq, is ``turn/end``, turn number) of every turn event: no parsed events are kept, so
+    the facts of a 300,000-event log stay small."""
     tagged_markers: list[int] = field(default_factory=list)
     catalog: list[CatalogEntry] = field(default_factory=list)
     descriptors: list[tuple[int, Any]] = field(default_factory=list)
@@ -92,8 +94,8 @@ class Facts:
     def open_turn(self) -> OpenTurnInfo | None:
         if not self.turn_marks or self.turn_marks[-1][1]:
             return None
-        _, _, start = self.turn_marks[-1]
-        return OpenTurnInfo(_turn_number(start), start.seq)
+        seq, _, number = self.turn_marks[-1]
+        return OpenTurnInfo(number, seq)
 
     def enclosing_turn(self, seq: int) -> OpenTurnInfo | None:
         """The turn ``seq`` lies inside (its last turn event at or before is a start)."""
@@ -101,8 +103,8 @@ class Facts:
         i = bisect.bisect_right(seqs, seq) - 1
         if i < 0 or self.turn_marks[i][1]:
             return None
-        start = self.turn_marks[i][2]
-        return OpenTurnInfo(_turn_number(start), start.seq)
+        start, _, number = self.turn_marks[i]
+        return OpenTurnInfo(number, start)
 
     def is_valid_boundary(self, seq: int) -> bool:
         return 0 <= seq < self.event_count and self.enclosing_turn(seq) is None
@@ -157,6 +159,32 @@ class Facts:
         if inherited:
             return Descriptor(inherited[-1][0], inherited[-1][1], True)
         return None
+
+    # -- folding ----------------------------------------------------------------------------
+
+    def add(self, ev: Event) -> None:
+        """Fold one event (events come in seq order; types outside ``MODEL_TYPES`` are
+        ignored): what ``derive`` does, for a caller that streams the events."""
+        kind = ev.type
+        if kind == "turn/start":
+            self.turn_marks.append((ev.seq, False, _turn_number(ev)))
+        elif kind == "turn/end":
+            self.turn_marks.append((ev.seq, True, None))
+        elif kind == "session/end-seed":
+            if isinstance(ev.data, dict) and ev.data.get("inherited") is True:
+                self.tagged_markers.append(ev.seq)
+        elif kind == "subagent/catalog":
+            self.catalog.append(CatalogEntry(ev.seq, ev.data))
+        elif kind == "subagent/descriptor":
+            self.descriptors.append((ev.seq, ev.data))
+        elif kind == "agent-preset/selected":
+            self.presets.append((ev.seq, ev.data))
+        elif kind == "session/title":
+            self.titles.append((ev.seq, ev.data))
+        elif kind == "agent/inbox/spliced":
+            self.splices.append((ev.seq, ev.data))
+        elif kind == "request/header":
+            self.request_headers.append((ev.seq, ev.data))
 
     # -- other folds ------------------------------------------------------------------------
 
@@ -225,27 +253,9 @@ def _dig(value: Any, *keys: str) -> Any:
 def derive(header: Header, event_count: int, events: list[Event]) -> Facts:
     """Fold the model events of a log (in seq order) into its facts."""
     facts = Facts(header, event_count)
+    add = facts.add
     for ev in events:
-        kind = ev.type
-        if kind == "turn/start":
-            facts.turn_marks.append((ev.seq, False, ev))
-        elif kind == "turn/end":
-            facts.turn_marks.append((ev.seq, True, ev))
-        elif kind == "session/end-seed":
-            if isinstance(ev.data, dict) and ev.data.get("inherited") is True:
-                facts.tagged_markers.append(ev.seq)
-        elif kind == "subagent/catalog":
-            facts.catalog.append(CatalogEntry(ev.seq, ev.data))
-        elif kind == "subagent/descriptor":
-            facts.descriptors.append((ev.seq, ev.data))
-        elif kind == "agent-preset/selected":
-            facts.presets.append((ev.seq, ev.data))
-        elif kind == "session/title":
-            facts.titles.append((ev.seq, ev.data))
-        elif kind == "agent/inbox/spliced":
-            facts.splices.append((ev.seq, ev.data))
-        elif kind == "request/header":
-            facts.request_headers.append((ev.seq, ev.data))
+        add(ev)
     return facts
 
 
