@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,13 +19,14 @@ from typing import Any
 import orjson
 
 from . import frames as zframes
+from . import parallel
 from .discovery import Located, locate
 from .errors import CorruptLog, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
 from .model import MODEL_TYPES, Facts
-from .reader import SessionLog, open_log, parse_recovered, peek_fields
-from .records import Event, decode_source_seqs, header_version
+from .reader import Chunk, SessionLog, open_log, parse_recovered, peek_fields
+from .records import Event, decode_source_seqs, header_version, nonneg_int, parse_event
 from .validation import (
     Finding,
     GenerationInfo,
@@ -39,6 +40,8 @@ from .validation import (
 )
 
 SUMMARY_WIDTH = 80
+SPLIT_SEARCH = 64
+"""Frames past the middle of a large log searched for a turn's start to split the pass at."""
 _SPACES = re.compile(r"\s+")
 
 
@@ -362,12 +365,115 @@ def _where(error: CorruptLog, path: Path) -> CorruptLog:
     return CorruptLog(f"{path}: {error.message}", **error.details)
 
 
+def _run_parts(log: SessionLog, whole: _Pass, events: bool) -> None:
+    """One pass over every event, split with a child process on a large log: the child
+    checks the later part from a turn's start while this process checks the earlier part;
+    its result is taken only when it continues this one exactly (else this process checks
+    the later part too), so the report never depends on the split."""
+    count = len(log.pending_frames)
+    plan = _later_part(log)
+    child = None
+    if plan is not None:
+        k, first_seq, turn = plan
+
+        def later() -> _Pass:
+            part = _Pass(
+                Validator(log.header, log.version, next_turn=turn, base=first_seq),
+                Facts(log.header, 0),
+            )
+            part.lines = [] if events else None
+            part.run(log.part_events(k, count, first_seq, part.chunks))
+            return part
+
+        child = parallel.start(later)
+    try:
+        if child is None:
+            whole.run(log.part_events(0, count, 0, whole.chunks))
+        else:
+            whole.run(log.part_events(0, k, 0, whole.chunks))
+            next_seq = whole.chunks[-1].first_seq + whole.chunks[-1].count if whole.chunks else 0
+            part = child.result()
+            if not (isinstance(part, _Pass) and next_seq == first_seq and whole.absorb(part)):
+                whole.run(log.part_events(k, count, next_seq, whole.chunks))
+    finally:
+        if child is not None:
+            child.cancel()
+    log.adopt_index(whole.chunks)
+
+
 def inspect_session(located: Located, *, events: bool) -> InspectReport:
     """Read the chosen generation once and build the report; findings never fail it."""
     # Every object made here is acyclic; the collector's passes over the millions of parsed
     # values of a large log would cost a tenth of the run and free nothing.
     with paused_gc():
         return _inspect(located, events=events)
+
+
+@dataclass
+class _Pass:
+    """What inspect folds from a run of events: checks, model facts, type counts, lines."""
+
+    validator: Validator
+    facts: Facts
+    types: Counter[str] = field(default_factory=Counter)
+    last_request: Event | None = None  # request headers can be large: keep only the latest
+    lines: list[EventLine] | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+
+    def run(self, events: Iterable[Event]) -> None:
+        feed = self.validator.feed
+        add = self.facts.add
+        lines = self.lines
+        types: list[str] = []
+        for ev in events:
+            feed(ev)
+            kind = ev.type
+            types.append(kind)
+            if kind in MODEL_TYPES:
+                if kind == "request/header":
+                    self.last_request = ev
+                else:
+                    add(ev)
+            if lines is not None:
+                lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
+        self.types.update(types)
+
+    def absorb(self, later: _Pass) -> bool:
+        """Continue with a pass over the rest of the log (see ``Validator.absorb``)."""
+        if not self.validator.absorb(later.validator):
+            return False
+        self.facts.extend(later.facts)
+        self.types.update(later.types)
+        self.last_request = later.last_request or self.last_request
+        if self.lines is not None and later.lines is not None:
+            self.lines += later.lines
+        self.chunks += later.chunks
+        return True
+
+
+def _later_part(log: SessionLog) -> tuple[int, int, int] | None:
+    """Where a child may take over a large log: (frame, first seq, turn number) of a frame
+    past the middle that starts with a ``turn/start``, the one point where the checks'
+    state is known without the events before it; None for a small log or none found."""
+    frames = log.pending_frames
+    if not frames or frames[-1].end - frames[0].start < parallel.SPLIT_MIN_BYTES:
+        return None
+    middle = (frames[0].start + frames[-1].end) // 2
+    first = next((k for k, f in enumerate(frames) if f.start >= middle), len(frames))
+    for k in range(first, min(first + SPLIT_SEARCH, len(frames) - 1)):
+        try:
+            plaintext = zframes.decode(log.data, frames[k], k + 1)
+            ev = parse_event(plaintext[: plaintext.find(b"\n")], None)
+        except CorruptLog:
+            return None  # the single pass will name the defect
+        number = _turn_number_of(ev)
+        if ev.type == "turn/start" and number is not None and number > 0:
+            return k, ev.seq, number
+    return None
+
+
+def _turn_number_of(ev: Event) -> int | None:
+    return nonneg_int(ev.data.get("turn")) if isinstance(ev.data, dict) else None
 
 
 def _inspect(located: Located, *, events: bool) -> InspectReport:
@@ -377,31 +483,20 @@ def _inspect(located: Located, *, events: bool) -> InspectReport:
         log = open_log(generation, index=False)
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
-    validator = Validator(log.header, log.version)
-    feed = validator.feed
-    facts = Facts(log.header, 0)
-    add = facts.add
-    types: list[str] = []
-    last_request: Event | None = None  # request headers can be large: keep only the latest
-    lines: list[EventLine] | None = [] if events else None
+    whole = _Pass(Validator(log.header, log.version), Facts(log.header, 0))
+    whole.lines = [] if events else None
     try:
-        for ev in log.events():
-            feed(ev)
-            kind = ev.type
-            types.append(kind)
-            if kind in MODEL_TYPES:
-                if kind == "request/header":
-                    last_request = ev
-                else:
-                    add(ev)
-            if lines is not None:
-                lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
+        if log.version < 2 or not log.pending_frames:
+            whole.run(log.events())
+        else:
+            _run_parts(log, whole, events)
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
-    by_type = Counter(types)
-    del types
-    if last_request is not None:
-        add(last_request)
+    validator, facts = whole.validator, whole.facts
+    by_type = whole.types
+    lines = whole.lines
+    if whole.last_request is not None:
+        facts.add(whole.last_request)
     facts.event_count = log.event_count
     facts.torn = log.torn
 

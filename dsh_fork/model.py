@@ -186,6 +186,17 @@ class Facts:
         elif kind == "request/header":
             self.request_headers.append((ev.seq, ev.data))
 
+    def extend(self, later: Facts) -> None:
+        """Continue with the facts folded from the events after these (a split pass)."""
+        self.turn_marks += later.turn_marks
+        self.tagged_markers += later.tagged_markers
+        self.catalog += later.catalog
+        self.descriptors += later.descriptors
+        self.presets += later.presets
+        self.titles += later.titles
+        self.splices += later.splices
+        self.request_headers += later.request_headers
+
     # -- other folds ------------------------------------------------------------------------
 
     def preset_at(self, boundary: int) -> str | None:

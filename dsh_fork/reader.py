@@ -208,13 +208,35 @@ class SessionLog:
         """
         frames = self._unindexed
         assert frames is not None
-        where = self.where
         collect = self._wanted
         chunks: list[Chunk] = []
         collected: list[Event] = []
-        seq = 0
-        with contextlib.closing(zframes.decode_many(self.data, frames, 1)) as plaintexts:
-            for i, (frame, plaintext) in enumerate(zip(frames, plaintexts, strict=True)):
+        for ev in self.part_events(0, len(frames), 0, chunks):
+            if ev.type in collect:
+                collected.append(ev)
+            if wanted is None or ev.type in wanted:
+                yield ev
+        if self._unindexed is frames:
+            self.adopt_index(chunks)
+            self.collected = collected
+
+    @property
+    def pending_frames(self) -> tuple[zframes.Frame, ...]:
+        """The body frames of a log opened with ``index=False`` and not indexed yet."""
+        return self._unindexed or ()
+
+    def part_events(
+        self, start: int, stop: int, first_seq: int, chunks: list[Chunk]
+    ) -> Iterator[Event]:
+        """Every event of pending frames ``start..stop-1``, checked and numbered from
+        ``first_seq``; each frame's ``Chunk`` is appended to ``chunks`` once its events are
+        out. For a pass split between processes (``inspect``); ``adopt_index`` ends it."""
+        frames = self.pending_frames[start:stop]
+        where = self.where
+        seq = first_seq
+        plaintexts = zframes.decode_many(self.data, frames, start + 1)
+        with contextlib.closing(plaintexts):
+            for i, (frame, plaintext) in enumerate(zip(frames, plaintexts, strict=True), start):
                 problem = _shape_problem(plaintext)
                 if problem is not None:
                     raise _frame_error(problem, i, where)
@@ -222,22 +244,19 @@ class SessionLog:
                 first = seq
                 try:
                     for line in lines:
-                        ev = parse_event(line, seq, where=where)
+                        yield parse_event(line, seq, where=where)
                         seq += 1
-                        if ev.type in collect:
-                            collected.append(ev)
-                        if wanted is None or ev.type in wanted:
-                            yield ev
                 except CorruptLog:
                     if b"" in lines:  # an empty line is named as such, not as bad JSON
                         raise _frame_error("empty line", i, where) from None
                     raise
                 chunks.append(Chunk(frame, first, len(lines), len(lines)))
-        if self._unindexed is frames:
-            self._unindexed = None
-            self.chunks = chunks
-            self.collected = collected
-            self._count = seq
+
+    def adopt_index(self, chunks: list[Chunk]) -> None:
+        """The index of every pending frame, built by ``part_events`` passes."""
+        self._unindexed = None
+        self.chunks = chunks
+        self._count = chunks[-1].first_seq + chunks[-1].count if chunks else 0
 
     def last_event(self, types: Iterable[str], through: int) -> Event | None:
         """The last event of ``types`` at or before seq ``through``, or None.

@@ -259,9 +259,16 @@ class Validator:
     finished: bool = False
     full: bool = field(init=False)
     """Whether the v4 relationship rules apply (only to v4 logs)."""
+    # A validator of a later part of a log (``base`` > 0, see ``absorb``) records what it
+    # could not know about the events before its part.
+    base: int = 0
+    start_turn: int = field(init=False)
+    unmatched_done: set[str] = field(default_factory=set)
+    cites_before_base: bool = False
 
     def __post_init__(self) -> None:
         self.full = self.version >= SUPPORTED_VERSION
+        self.start_turn = self.next_turn
 
     # -- recording --------------------------------------------------------------------------
 
@@ -614,6 +621,8 @@ class Validator:
     def _command_done(self, ev: Event, data: dict[str, Any]) -> None:
         command_id = data.get("commandId")
         if not isinstance(command_id, str) or command_id not in self.commands_run:
+            if isinstance(command_id, str):
+                self.unmatched_done.add(command_id)
             self._lifecycle(f"command/done {command_id!r} follows no command/run", ev.seq)
         elif command_id in self.commands_done:
             self._lifecycle(f"command/done {command_id} is recorded twice", ev.seq)
@@ -631,6 +640,8 @@ class Validator:
                 self.add("error", "TITLE", "a user title must have empty messageSeqs", ev.seq)
             return
         values = [nonneg_int(s) for s in seqs]
+        if any(v is not None and v < self.base for v in values):
+            self.cites_before_base = True
         if not values:
             self.add("error", "TITLE", "a non-user title must cite user messages", ev.seq)
         elif len(set(values)) != len(values):
@@ -683,6 +694,49 @@ class Validator:
             )
         if session_id != self.header.id:
             self.foreign_markers.append((ev.seq, session_id))
+
+    # -- a log validated in two parts -------------------------------------------------------
+
+    def absorb(self, later: Validator) -> bool:
+        """Continue with ``later``, a validator fed the rest of the log from a turn's start
+        (seq ``later.base``, numbered ``later.start_turn``), when this one's state at the end
+        of its part is what ``later`` assumed and ``later`` never needed an earlier event;
+        then the findings and state are exactly those of one validator fed every event. False
+        (nothing changed) otherwise: the caller feeds the rest to this validator itself.
+        """
+        if self.full and (
+            self.open_turn is not None
+            or self.open_step is not None
+            or self.pending
+            or self.compaction_open is not None
+            or self.next_turn != later.start_turn
+            or later.cites_before_base
+            or self.commands_run & later.commands_run
+            or self.commands_run & later.unmatched_done
+            or self.commands_done & later.commands_done
+        ):
+            return False
+        for finding in later.findings:
+            self.add(finding.severity, finding.code, finding.message, finding.seq)
+        for code, (severity, extra) in later._overflow.items():
+            self._per_code[code] = self._per_code.get(code, 0) + extra
+            _, mine = self._overflow.get(code, (severity, 0))
+            self._overflow[code] = (severity, mine + extra)
+        for name in ("next_turn", "open_turn", "open_turn_seq", "open_step", "next_step"):
+            setattr(self, name, getattr(later, name))
+        self.calls, self.pending = later.calls, later.pending
+        self.compaction_open = later.compaction_open
+        self.commands_run |= later.commands_run
+        self.commands_done |= later.commands_done
+        self.unmatched_done |= later.unmatched_done
+        self.human_messages |= later.human_messages
+        self.tagged += later.tagged
+        self.catalog += later.catalog
+        self.descriptors += later.descriptors
+        self.foreign_markers += later.foreign_markers
+        self.turn_ends += later.turn_ends
+        self.events += later.events
+        return True
 
     # -- the end ----------------------------------------------------------------------------
 
