@@ -53,16 +53,25 @@ def _from_env() -> Plan | None:
     return Plan(action, int(at))
 
 
+WRITE_KINDS = ("write", "append")
+"""Steps that write bytes: an errno there fails midway, as a real ENOSPC or EIO does."""
+
+
+def _error(plan: Plan, path: Path | str) -> OSError:
+    code = _ERRNOS[plan.action]
+    return OSError(code, os.strerror(code), str(path))
+
+
 def step(kind: str, path: Path | str) -> None:
-    """Called before a durable step; an errno plan fails the K-th step here."""
+    """Called before a durable step; an errno plan fails the K-th step here (a write step
+    first writes half of its bytes, see ``tear_at``, and fails in ``done``)."""
     plan = _plan
     if plan is None:
         return
     plan.count += 1
     plan.log.append((kind, str(path)))
-    if plan.count == plan.at and plan.action in _ERRNOS:
-        code = _ERRNOS[plan.action]
-        raise OSError(code, os.strerror(code), str(path))
+    if plan.count == plan.at and plan.action in _ERRNOS and kind not in WRITE_KINDS:
+        raise _error(plan, path)
 
 
 def done(kind: str, path: Path | str) -> None:
@@ -70,6 +79,8 @@ def done(kind: str, path: Path | str) -> None:
     plan = _plan
     if plan is None or plan.count != plan.at:
         return
+    if plan.action in _ERRNOS:  # only a write step gets here: half written, then the error
+        raise _error(plan, path)
     if plan.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if plan.action in ("crash", "tear"):
@@ -77,9 +88,10 @@ def done(kind: str, path: Path | str) -> None:
 
 
 def tear_at(size: int) -> int | None:
-    """How many of ``size`` bytes the current write step may write under a ``tear`` plan."""
+    """How many of ``size`` bytes the current write step may write: half under a ``tear``
+    plan (then the crash) or an errno plan (then the error), else all (None)."""
     plan = _plan
-    if plan is None or plan.action != "tear" or plan.count != plan.at:
+    if plan is None or plan.count != plan.at or plan.action not in ("tear", *_ERRNOS):
         return None
     return size // 2
 

@@ -920,15 +920,24 @@ def relink_all(
     return result
 
 
-def sweep_abandoned(root: Root) -> int:
-    """Remove the temps of copies an interrupted run never published (their dirs hold no
-    session, so the listing skips them; writer.sweep_abandoned explains what is removed)."""
+def sweep_abandoned(root: Root, fork_children: list[str]) -> int:
+    """Remove the temps interrupted publishes left: in dirs that hold no session (the listing
+    skips them) and beside the fork children and their copies (a publish that died between
+    its link and its temp removal). writer.sweep_own_temps says what is removed."""
     known = {entry.session_dir for entry in root.entries()}
-    removed = 0
-    for session_dir in root.candidate_dirs():
-        if session_dir not in known:
-            removed += len(writer.sweep_abandoned(session_dir))
-    return removed
+    dirs = [d for d in root.candidate_dirs() if d not in known]
+    seen: set[str] = set()
+    todo = list(fork_children)
+    while todo:
+        session_id = todo.pop()
+        if session_id in seen:
+            continue
+        seen.add(session_id)
+        entry = root.entry(session_id)
+        if entry is not None:
+            dirs.append(entry.session_dir)
+        todo.extend(e.id for e in root.children_of(session_id) if e.id is not None)
+    return sum(len(writer.sweep_own_temps(d)) for d in dirs)
 
 
 def relink_arg(
@@ -947,8 +956,8 @@ def relink_arg(
         oplog_path=layout.oplog_path(root_option, env),
     )
     summary.warnings[:0] = located.warnings
-    if not dry_run:  # only once the preconditions held: bad input never writes
-        sweep_abandoned(located.root)
+    if not dry_run and summary.fork_child is not None:  # preconditions held: bad input
+        sweep_abandoned(located.root, [summary.fork_child])  # never writes
     return summary
 
 
@@ -968,5 +977,5 @@ def relink_all_arg(
         progress=progress,
     )
     if not dry_run:
-        sweep_abandoned(root)
+        sweep_abandoned(root, [s.fork_child for s in result.results if s.fork_child])
     return result

@@ -311,11 +311,12 @@ def _remove_own_temps(session_dir: Path) -> list[str]:
     return removed
 
 
-def sweep_abandoned(session_dir: Path) -> list[str]:
-    """Remove dsh-fork's own leftover temps from a dir that holds no session (an interrupted
-    publish), under the dir's lock; a dir whose lock is held, or that now holds a session,
-    is left alone. The dir and its lock file stay: empty leftovers are harmless (format
-    §14.1) and a lock file is never deleted (format §11.1)."""
+def sweep_own_temps(session_dir: Path) -> list[str]:
+    """Remove the temps dead dsh-fork runs left in a dir (a publish interrupted before its
+    link leaves one in a dir that holds no session; one interrupted after it, beside the
+    session), under the dir's lock; a dir whose lock is held, or that has no lock file, is
+    left alone. The dir and its lock file stay: empty leftovers are harmless (format §14.1)
+    and a lock file is never deleted (format §11.1)."""
     try:
         names = os.listdir(session_dir)
     except OSError:
@@ -327,8 +328,6 @@ def sweep_abandoned(session_dir: Path) -> list[str]:
     except (SessionLocked, OSError):
         return []
     try:
-        if list_generations(session_dir):
-            return []
         return _remove_own_temps(session_dir)
     finally:
         lock.release()

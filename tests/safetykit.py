@@ -258,3 +258,175 @@ def roots_of(args: Sequence[str], env: Mapping[str, str | None] | None) -> list[
 def is_read_only(args: Sequence[str]) -> bool:
     command = command_of(args)
     return command in READ_ONLY_COMMANDS or (command in WRITING_COMMANDS and "--dry-run" in args)
+
+
+# -- crash states and finished trees -------------------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Generation files by path relative to the root (so a copied root compares)."""
+    return {str(path.relative_to(root)): data for path, data in generation_files(root).items()}
+
+
+def complete_lines(path: Path) -> list[bytes]:
+    """Decompressed lines of the complete frames of a generation file, header first."""
+    data = path.read_bytes()
+    scan = zframes.scan(data)
+    return b"".join(zframes.decode(data, f) for f in scan.frames).split(b"\n")[:-1]
+
+
+def crash_state_problems(
+    root: Path,
+    pristine: Mapping[str, bytes],
+    never_written: Iterable[str],
+    existing: Iterable[str],
+    *,
+    torn_ok: bool,
+    own_temps_ok: bool,
+) -> list[str]:
+    """What is wrong with a root after a run died or failed (issue 5, guarantee 1):
+
+    - every pre-existing generation file is byte-identical (``never_written``, relative
+      paths) or kept its committed bytes and gained whole frames (a torn one with ``torn_ok``);
+    - every session of the root passes the v4 checklist with no error finding, unlocked;
+    - nothing DSH would read is half made: a project dir holds no files, a session dir holds
+      canonical generations (validated above), ``session.lock`` and dsh-fork's own temps
+      (only with ``own_temps_ok``), and names that were already there (``existing``).
+    """
+    from dsh_fork.discovery import Root
+    from dsh_fork.generations import LOCK_NAME
+    from dsh_fork.locking import probe
+    from dsh_fork.validation import validate_dir
+
+    out: list[str] = []
+    frozen = set(never_written)
+    now = snapshot(root)
+    for rel, old in pristine.items():
+        new = now.get(rel)
+        if new is None:
+            out.append(f"{rel}: deleted")
+        elif rel in frozen and new != old:
+            out.append(f"{rel}: a source was written")
+        elif (problem := appended_problem(old, new, torn_ok=torn_ok)) is not None:
+            out.append(f"{rel}: {problem}")
+    for entry in Root(root).entries():
+        for finding in validate_dir(entry.session_dir):
+            if finding.severity == "error":
+                out.append(f"{entry.session_dir.name}: {finding.code}: {finding.message}")
+        if probe(entry.session_dir) == "held":
+            out.append(f"{entry.session_dir.name}: left locked")
+    before = set(existing)
+    for project in _subdirs(root):
+        for path in _files(project):
+            if str(path.relative_to(root)) not in before:
+                out.append(f"{path}: a file in a project dir")
+        for session_dir in _subdirs(project):
+            with os.scandir(session_dir) as scan:
+                names = [item.name for item in scan]
+            for name in names:
+                rel = str((session_dir / name).relative_to(root))
+                if parse_name(name) is not None or name == LOCK_NAME or rel in before:
+                    continue
+                if own_temps_ok and is_own_temp(name):
+                    continue
+                out.append(f"{rel}: left behind")
+    return out
+
+
+def files_under(root: Path) -> set[str]:
+    """Relative paths of every file under a root."""
+    out: set[str] = set()
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            out.add(os.path.relpath(os.path.join(dirpath, name), root))
+    return out
+
+
+def _cut(events: list[dict[str, object]]) -> int:
+    cut = 0
+    for event in events:
+        data = event.get("data")
+        is_marker = event.get("type") == "session/end-seed" and isinstance(data, dict)
+        if is_marker and isinstance(data, dict) and data.get("inherited") is True:
+            cut = int(str(event.get("seq")))
+    return cut
+
+
+def canonical_tree(root: Path, originals: Mapping[str, list[bytes]]) -> Counter[bytes]:
+    """The root as a multiset of sessions with every new id replaced by what it is.
+
+    ``originals`` maps the ids of the sessions that existed before to their lines. A new
+    session is named ``copy[<sources>]@<parent's name>``, its sources being the originals
+    whose first ``cut`` events are its inherited prefix, byte for byte; its node holds its
+    header (ids and times aside) and the multiset of its own events, catalog facts naming
+    children by name and checked against their createdAt. An original's node holds what was
+    appended to it. Two trees are the same when nothing is missing, duplicated or different.
+    """
+    import orjson
+
+    from dsh_fork.discovery import Root
+
+    logs: dict[str, list[bytes]] = {}
+    for entry in Root(root).entries():
+        generation = entry.generation
+        assert generation is not None and entry.id is not None
+        logs[entry.id] = complete_lines(generation.path)
+    headers = {sid: orjson.loads(lines[0]) for sid, lines in logs.items()}
+    events = {sid: [orjson.loads(line) for line in lines[1:]] for sid, lines in logs.items()}
+    names: dict[str, str] = {}
+
+    def name(sid: str) -> str:
+        if sid not in names:
+            if sid in originals or sid not in logs:
+                names[sid] = sid if sid in originals else f"missing:{sid}"
+            else:
+                cut = _cut(events[sid])
+                prefix = logs[sid][1 : cut + 1]
+                sources = sorted(
+                    o for o, lines in originals.items() if cut and lines[1 : cut + 1] == prefix
+                )
+                parent = headers[sid].get("parentSession")
+                names[sid] = f"copy[{'|'.join(sources)}]@{name(parent) if parent else '-'}"
+        return names[sid]
+
+    def own(event: dict[str, object]) -> bytes:
+        data = event.get("data")
+        if event.get("type") == "subagent/catalog" and isinstance(data, dict):
+            child = str(data.get("childId"))
+            created = headers.get(child, {}).get("createdAt")
+            same = "same" if created == data.get("childCreatedAt") else "differs"
+            data = {**data, "childId": name(child), "childCreatedAt": same}
+        return orjson.dumps({"type": event.get("type"), "data": data}, option=orjson.OPT_SORT_KEYS)
+
+    nodes: Counter[bytes] = Counter()
+    for sid, lines in logs.items():
+        if sid in originals:
+            old = originals[sid]
+            kept = lines[: len(old)] == old
+            appended = events[sid][len(old) - 1 :] if kept else []
+            header: object = "kept" if kept else "CHANGED"
+        else:
+            cut = _cut(events[sid])
+            appended = events[sid][cut:]
+            header = {k: v for k, v in headers[sid].items() if k not in ("id", "createdAt")} | {
+                "parentSession": name(str(headers[sid].get("parentSession")))
+            }
+        node = {
+            "name": name(sid),
+            "header": header,
+            "own": sorted(Counter(own(e).decode() for e in appended).items()),
+        }
+        nodes[orjson.dumps(node, option=orjson.OPT_SORT_KEYS)] += 1
+    return nodes
+
+
+def original_lines(root: Path) -> dict[str, list[bytes]]:
+    """Lines of every session of a root, by id: the ``originals`` of ``canonical_tree``."""
+    from dsh_fork.discovery import Root
+
+    out: dict[str, list[bytes]] = {}
+    for entry in Root(root).entries():
+        generation = entry.generation
+        if generation is not None and entry.id is not None and generation.version == 4:
+            out[entry.id] = complete_lines(generation.path)
+    return out
