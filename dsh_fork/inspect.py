@@ -8,6 +8,7 @@ bounded memory.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -26,7 +27,14 @@ from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
 from .model import MODEL_TYPES, Facts
 from .reader import Chunk, SessionLog, open_log, parse_recovered, peek_fields
-from .records import Event, decode_source_seqs, header_version, nonneg_int, parse_event
+from .records import (
+    MISSING,
+    Event,
+    decode_source_seqs,
+    header_version,
+    nonneg_int,
+    parse_event,
+)
 from .validation import (
     Finding,
     GenerationInfo,
@@ -130,9 +138,20 @@ def _turn_summary(kind: str, data: dict[str, Any]) -> str:
     return text
 
 
+def _dump(data: Any) -> str:
+    """Compact JSON of any parsed value: also a missing ``data``, integers beyond 64 bits and
+    lone surrogates (lines DSH reads leniently), which orjson refuses."""
+    if data is MISSING:
+        return "(no data)"
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:
+        return json.dumps(data, separators=(",", ":"), default=repr)
+
+
 def _data_summary(kind: str, data: Any) -> str:
     if not isinstance(data, dict):
-        return orjson.dumps(data).decode()
+        return _dump(data)
     if kind.startswith(("turn/", "step/")):
         return _turn_summary(kind, data)
     if kind in ("user/message", "assistant/message", "tool/result") or kind in (
@@ -165,7 +184,7 @@ def _data_summary(kind: str, data: Any) -> str:
         return str(data.get("agentPreset"))
     if kind == "session-log-deepseek/delivery-accepted":
         return f"{data.get('sessionId')} through {data.get('throughSeq')}"
-    return orjson.dumps(data).decode()
+    return _dump(data)
 
 
 def summarize(ev: Event) -> str:

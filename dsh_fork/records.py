@@ -385,7 +385,8 @@ def parse_v0_line(line: bytes, expected_seq: int, *, where: str = "log") -> list
         value, _ = parse_line(line)
     except LineError as exc:
         raise CorruptLog(f"{where}: row at seq {expected_seq} is not JSON ({exc})") from None
-    if isinstance(value, dict) and value.get("type") in PACKED_TYPES and "seq0" in value:
+    row_type = value.get("type") if isinstance(value, dict) else None
+    if isinstance(row_type, str) and row_type in PACKED_TYPES and "seq0" in value:
         return expand_row(value, expected_seq, where)
     return [parse_event(line, expected_seq, where=where)]
 
