@@ -188,6 +188,26 @@ def plugin_scenario(root: Path, clock: Clock, *, children: int = 11) -> PluginSc
     return PluginScenario(parent, kids, open_child, grand, other, fork)
 
 
+def repair_tree(root: Path) -> None:
+    """P with three children (c1 has a grandchild g1, c2 another cwd); C, a fork of P, holds
+    an uncatalogued legacy copy of c3 without its own descriptor (relink repairs both)."""
+    clock = Clock()
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd=CWD)
+    parent.turn(clock)
+    c1 = subagent(clock, "c1", parent, label="one")
+    g1 = subagent(clock, "g1", c1, label="grand")
+    c1.turn(clock)
+    c2 = subagent(clock, "c2", parent, label="two", cwd="/srv/other")
+    c3 = subagent(clock, "c3", parent, label="three")
+    for child in (c1, c2, c3):
+        parent.catalog(clock, child, label=child.id)
+    parent.turn(clock)
+    fork_c = fork_of(parent, "session-C", clock())
+    legacy = legacy_copy(c3, "legacy-c3", fork_c, clock(), own_descriptor=False)
+    for spec in (parent, c1, g1, c2, c3, fork_c, legacy):
+        spec.publish(root)
+
+
 # -- reading results ------------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import log_lines, run_cli, tree_digest
-from relinkkit import CWD, log_of, own_catalog, plugin_scenario, without_ids
+from relinkkit import CWD, log_of, own_catalog, plugin_scenario, repair_tree, without_ids
 from safetykit import (
     canonical_tree,
     count,
@@ -44,7 +44,7 @@ from safetykit import (
 from dsh_fork import faults
 from dsh_fork.discovery import Root, locate
 from dsh_fork.errors import SessionAlreadyExists
-from dsh_fork.fixtures import Clock, Ids, SessionSpec
+from dsh_fork.fixtures import Clock, Ids
 from dsh_fork.fork import fork, fork_session
 from dsh_fork.layout import encode_segment, project_key
 from dsh_fork.reader import current_generation, open_log
@@ -117,28 +117,6 @@ def resume_fork(root: Path) -> object:
         )
     except SessionAlreadyExists:
         return relink_arg(CHILD, str(root), env={})
-
-
-def legacy_tree(root: Path) -> None:
-    """P with three children (c1 has a grandchild g1, c2 another cwd); C, a fork of P, holds
-    an uncatalogued legacy copy of c3 without its own descriptor (relink repairs both)."""
-    from relinkkit import fork_of, legacy_copy, subagent
-
-    clock = Clock()
-    parent = SessionSpec(id="session-P", created_at=clock(), cwd=CWD)
-    parent.turn(clock)
-    c1 = subagent(clock, "c1", parent, label="one")
-    g1 = subagent(clock, "g1", c1, label="grand")
-    c1.turn(clock)
-    c2 = subagent(clock, "c2", parent, label="two", cwd="/srv/other")
-    c3 = subagent(clock, "c3", parent, label="three")
-    for child in (c1, c2, c3):
-        parent.catalog(clock, child, label=child.id)
-    parent.turn(clock)
-    fork_c = fork_of(parent, "session-C", clock())
-    legacy = legacy_copy(c3, "legacy-c3", fork_c, clock(), own_descriptor=False)
-    for spec in (parent, c1, g1, c2, c3, fork_c, legacy):
-        spec.publish(root)
 
 
 def relink_c(root: Path) -> object:
@@ -217,7 +195,7 @@ SCENARIOS = [
     ),
     Scenario(
         "relink-legacy",
-        legacy_tree,
+        repair_tree,
         relink_c,
         resume_relink("session-C"),
         lambda root: ["--root", str(root), "relink", "session-C"],
