@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Literal
 
 from . import faults
-from .errors import SessionLocked
+from .errors import SessionLocked, UsageError
 from .generations import LOCK_NAME
 
 LockState = Literal["absent", "free", "held", "unknown"]
@@ -66,6 +66,11 @@ class SessionLock:
         return self._fd is not None
 
     def acquire(self) -> SessionLock:
+        for path in (self.session_dir, self.session_dir.parent):
+            if path.is_symlink():  # a lock is taken to write, never through a link
+                raise UsageError(
+                    f"refusing to write through the symbolic link {path}", path=str(path)
+                )
         for _ in range(_ATTEMPTS):
             existed = self.path.exists()
             if not existed:

@@ -29,10 +29,10 @@ from . import faults
 from . import frames as zframes
 from .catalog import catalog_problem
 from .errors import (
+    DshForkError,
     InternalError,
     IoError,
     SessionAlreadyExists,
-    SessionLocked,
     UnsupportedFormat,
     UsageError,
 )
@@ -325,7 +325,7 @@ def sweep_own_temps(session_dir: Path) -> list[str]:
         return []
     try:
         lock = SessionLock(session_dir).acquire()
-    except (SessionLocked, OSError):
+    except (DshForkError, OSError):  # held, a symbolic link, unwritable: leave it
         return []
     try:
         return _remove_own_temps(session_dir)
@@ -395,6 +395,10 @@ def _read_for_write(session_dir: Path, collect: frozenset[str]) -> SessionLog:
     if not generations:
         raise InternalError(f"{session_dir} holds no session to append to")
     current = generations[-1]
+    if current.path.is_symlink():
+        raise UsageError(
+            f"refusing to write through the symbolic link {current.path}", path=str(current.path)
+        )
     if current.version != SUPPORTED_VERSION or current.encoding != "zstd":
         raise UnsupportedFormat(
             f"{session_dir.name}: only v4 zstd logs are written (found v{current.version} "
