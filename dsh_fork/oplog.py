@@ -13,9 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from .ids import ClockMs, now_ms
+from .records import dumps_record
 from .writer import make_private_dirs
 
 COPYING = "copying subagent tree"
@@ -55,7 +54,7 @@ class OpLog:
         if self.dry_run and data is not None:
             data = {**data, "dryRun": True}
         record = {"t": iso_ms(self.clock()), "message": message, "data": data}
-        line = orjson.dumps(record) + b"\n"
+        line = dumps_record(record) + b"\n"  # ids may hold lone surrogates
         try:
             make_private_dirs(self.path.parent)  # 0700 like DSH's dirs, whatever the umask
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -6,6 +6,7 @@ Commands stay a few lines each: parse, call one library function, render, and le
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -87,10 +88,15 @@ class Out:
         return self.tty and not self.json_mode
 
     def json(self, value: Any) -> None:
-        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+        try:
+            data = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+        except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
+            data = json.dumps(value, indent=2, ensure_ascii=True).encode()
+        sys.stdout.buffer.write(data + b"\n")
         sys.stdout.flush()
 
     def line(self, text: str = "") -> None:
+        text = printable(text)
         if self.rich:
             self.console.print(text, markup=False)
         else:
@@ -100,7 +106,7 @@ class Out:
         self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]
     ) -> None:
         """A rich table on a terminal, aligned plain columns otherwise."""
-        cells = [["-" if c is None else str(c) for c in row] for row in rows]
+        cells = [["-" if c is None else printable(str(c)) for c in row] for row in rows]
         if self.rich:
             from rich.table import Table
 
@@ -122,7 +128,17 @@ class Out:
 
     @staticmethod
     def warn(message: str) -> None:
-        sys.stderr.write(f"Warning: {message}\n")
+        sys.stderr.write(f"Warning: {printable(message)}\n")
+
+
+def printable(text: str) -> str:
+    """Text any UTF-8 stream can take: ids may hold lone surrogates (JSON allows them, UTF-8
+    does not), shown as ``\\udXXX`` escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def fail(out: Out, error: DshForkError) -> NoReturn:
@@ -130,10 +146,11 @@ def fail(out: Out, error: DshForkError) -> NoReturn:
     if out.json_mode:
         out.json({"error": error.to_json()})
     else:
-        sys.stderr.write(f"Error: {error.message}\n")
+        sys.stderr.write(f"Error: {printable(error.message)}\n")
         if isinstance(error, Partial):
             for item in error.failed:
-                sys.stderr.write(f"  failed: {item.get('id')}: {item.get('message')}\n")
+                line = f"  failed: {item.get('id')}: {item.get('message')}"
+                sys.stderr.write(printable(line) + "\n")
     raise typer.Exit(error.exit_code)
 
 
