@@ -49,6 +49,8 @@ from .validation import (
 
 SUMMARY_WIDTH = 80
 SPLIT_SEARCH = 64
+CHILD_START = 0.54
+"""Where (by compressed bytes) the child's half of a split inspect pass may start."""
 """Frames past the middle of a large log searched for a turn's start to split the pass at."""
 _SPACES = re.compile(r"\s+")
 
@@ -472,12 +474,14 @@ class _Pass:
 
 def _later_part(log: SessionLog) -> tuple[int, int, int] | None:
     """Where a child may take over a large log: (frame, first seq, turn number) of a frame
-    past the middle that starts with a ``turn/start``, the one point where the checks'
+    about the middle that starts with a ``turn/start``, the one point where the checks'
     state is known without the events before it; None for a small log or none found."""
     frames = log.pending_frames
     if not frames or frames[-1].end - frames[0].start < parallel.SPLIT_MIN_BYTES:
         return None
-    middle = (frames[0].start + frames[-1].end) // 2
+    # A little past the middle: the child also pickles its part and this process unpickles
+    # it, so the child's part is the smaller one.
+    middle = frames[0].start + int((frames[-1].end - frames[0].start) * CHILD_START)
     first = next((k for k, f in enumerate(frames) if f.start >= middle), len(frames))
     for k in range(first, min(first + SPLIT_SEARCH, len(frames) - 1)):
         try:

@@ -88,6 +88,8 @@ def safe_int(value: Any) -> int | None:
 
 
 def nonneg_int(value: Any) -> int | None:
+    if type(value) is int and 0 <= value <= MAX_SAFE_INTEGER:  # the usual case, no call
+        return value
     result = safe_int(value)
     return result if result is not None and result >= 0 else None
 
@@ -284,18 +286,21 @@ def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") ->
     With ``expected_seq`` None any non-negative seq is taken: the last line of a frame, whose
     seq says how many lines the frame holds when they were not counted.
     """
-    label = "at a frame end" if expected_seq is None else expected_seq
     try:
-        value, lenient = orjson.loads(line), False
+        value = orjson.loads(line)
+        lenient = False
     except orjson.JSONDecodeError:
         try:
             value, lenient = parse_line(line)
         except LineError as exc:
+            label = _label(expected_seq)
             raise CorruptLog(f"{where}: event {label} is not JSON ({exc})", line=label) from None
-    if not isinstance(value, dict):
+    if type(value) is not dict:
+        label = _label(expected_seq)
         raise CorruptLog(f"{where}: event {label} is not an object", line=label)
     event_type = value.get("type")
-    if not isinstance(event_type, str):
+    if type(event_type) is not str:
+        label = _label(expected_seq)
         raise CorruptLog(f"{where}: event {label} has no type", line=label)
     seq = value.get("seq")
     # Fast paths for plain integers (every line DSH writes); other spellings take safe_int.
@@ -306,12 +311,16 @@ def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") ->
         raise CorruptLog(
             f"{where}: seq {value.get('seq')!r} where {expected} was expected (seqs must be "
             "dense from 0)",
-            line=label,
+            line=_label(expected_seq),
         )
     time = value.get("time")
     if type(time) is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
         time = safe_int(time)
     return Event(seq, event_type, time, value.get("data", MISSING), value, line, lenient)
+
+
+def _label(expected_seq: int | None) -> int | str:
+    return "at a frame end" if expected_seq is None else expected_seq
 
 
 def expand_row(value: dict[str, Any], expected_seq: int, where: str = "log") -> list[Event]:
