@@ -1077,7 +1077,7 @@ def check_dir(session_dir: Path) -> DirCheck:
         result.findings.append(header_finding)
         return result
     try:
-        log = open_log(generation)
+        log = open_log(generation, index=False)  # the pass below indexes it: one decode
         validator = Validator(log.header, log.version)
         with paused_gc():
             for ev in log.events():
