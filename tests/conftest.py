@@ -123,8 +123,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Make the safety counts visible in every run's output (issue 5)."""
     if STATS["runs"]:
         terminalreporter.write_line(
-            f"source guard: {STATS['runs']} CLI runs checked, {STATS['files']} generation "
-            "files compared before/after"
+            f"source guard: {STATS['runs']} command runs checked (CLI and library), "
+            f"{STATS['files']} generation files compared before/after"
         )
     if CASES:
         cases = ", ".join(f"{kind} {n}" for kind, n in sorted(CASES.items()))

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from conftest import log_events, log_header, log_lines
+from safetykit import guarded
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, Ids, SessionSpec
@@ -124,11 +125,14 @@ def legacy_copy(
 
 
 def run(root: Path, fork_id: str, **options: Any) -> RelinkSummary:
-    """relink through the library with a deterministic clock and ids."""
+    """relink through the library with a deterministic clock and ids, under the source guard
+    (``safetykit``): no generation file loses a byte, appends are whole frames (a run that
+    dies may leave one torn), a dry run changes nothing."""
     located = Root(root)
     options.setdefault("clock", Clock(NOW, 1))
     options.setdefault("new_id", Ids(77))
-    return relink(located, located.find(fork_id), **options)
+    with guarded([root], read_only=bool(options.get("dry_run")), what=f"relink {fork_id}"):
+        return relink(located, located.find(fork_id), **options)
 
 
 # -- the peer plugin's copy-tree scenario (semantics §10.4) --------------------------------
