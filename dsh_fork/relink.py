@@ -24,6 +24,7 @@ from .discovery import Root, SessionEntry, locate
 from .errors import (
     CorruptLog,
     DshForkError,
+    IoError,
     Partial,
     SessionAlreadyExists,
     SessionLocked,
@@ -907,10 +908,11 @@ def relink_all(
                 {"id": fork_id, "code": exc.code, "message": exc.message, "forkChild": fork_id}
             )
             continue
-        except OSError as exc:  # e.g. a fork child we may not write: this one fails, not all
-            message = f"{fork_id}: {exc.strerror or exc}"
-            error = {"id": fork_id, "code": "INTERNAL", "message": message}
-            result.failed.append({**error, "forkChild": fork_id})
+        except OSError as exc:  # e.g. a fork child we may not read: this one fails, not all
+            error = IoError.of(exc, "access")
+            result.failed.append(
+                {"id": fork_id, "code": error.code, "message": error.message, "forkChild": fork_id}
+            )
             continue
         result.results.append(summary)
         for item in summary.problems():
