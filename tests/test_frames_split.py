@@ -9,6 +9,7 @@ threshold is lowered so that small fixture logs take the split path.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,12 +39,25 @@ def forty_frames(root: Path, clock: Clock) -> tuple[Generation, list[bytes]]:
     return Generation(session_dir / "session.v4.jsonl.zstd", 4, "zstd"), spec.lines
 
 
-def no_children_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+def child_pids() -> set[int]:
+    """This process's children, live or not yet reaped (Linux: from /proc)."""
+    me = os.getpid()
+    found: set[int] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            found.add(int(stat.parent.name))
+    return found
+
+
+@pytest.fixture
+def no_children_left() -> Callable[[], bool]:
+    """Whether every child started since the test began has been reaped."""
+    before = child_pids()
+    return lambda: not (child_pids() - before)
 
 
 def flip_byte_in_frame(gen: Generation, frame_index: int) -> zframes.Frame:
@@ -55,7 +69,9 @@ def flip_byte_in_frame(gen: Generation, frame_index: int) -> zframes.Frame:
     return frame
 
 
-def test_the_split_path_is_taken(split: None, root: Path, clock: Clock) -> None:
+def test_the_split_path_is_taken(
+    split: None, root: Path, clock: Clock, no_children_left: Callable[[], bool]
+) -> None:
     """A child can be started here (two cores, one thread), so the tests below split."""
     assert parallel.available()
     child = parallel.start(os.getpid)
@@ -64,7 +80,9 @@ def test_the_split_path_is_taken(split: None, root: Path, clock: Clock) -> None:
     assert no_children_left()
 
 
-def test_mapped_frames_equal_a_sequential_decode(split: None, root: Path, clock: Clock) -> None:
+def test_mapped_frames_equal_a_sequential_decode(
+    split: None, root: Path, clock: Clock, no_children_left: Callable[[], bool]
+) -> None:
     gen, lines = forty_frames(root, clock)
     data = gen.path.read_bytes()
     frames = zframes.scan(data).frames[1:]
@@ -76,7 +94,7 @@ def test_mapped_frames_equal_a_sequential_decode(split: None, root: Path, clock:
 
 @pytest.mark.parametrize("damaged", [3, 38])  # a frame of this process's half, of the child's
 def test_a_damaged_frame_raises_where_a_sequential_pass_raises(
-    split: None, root: Path, clock: Clock, damaged: int
+    split: None, root: Path, clock: Clock, damaged: int, no_children_left: Callable[[], bool]
 ) -> None:
     gen, _ = forty_frames(root, clock)
     flip_byte_in_frame(gen, damaged)
@@ -95,7 +113,9 @@ def test_a_damaged_frame_raises_where_a_sequential_pass_raises(
     assert no_children_left()
 
 
-def test_a_caller_that_stops_early_leaves_no_child(split: None, root: Path, clock: Clock) -> None:
+def test_a_caller_that_stops_early_leaves_no_child(
+    split: None, root: Path, clock: Clock, no_children_left: Callable[[], bool]
+) -> None:
     gen, _ = forty_frames(root, clock)
     data = gen.path.read_bytes()
     mapped = zframes.map_frames(data, zframes.scan(data).frames[1:], len, 1)
