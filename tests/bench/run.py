@@ -224,13 +224,18 @@ def first_bytes_loop(root: Path) -> list[str]:
 
 
 def restorer(tree: Path) -> Callable[[], None]:
-    """A reset that puts ``tree`` back as it is now (for cases that write)."""
+    """A reset that puts ``tree`` back as it is now (for cases that write).
+
+    The copy is flushed to disk before the timed run: its writeback would otherwise land in
+    the fsyncs of the command measured (on ext4 an fsync can commit the whole journal).
+    """
     pristine = tree.with_name(tree.name + "-pristine")
     shutil.copytree(tree, pristine, symlinks=True)
 
     def reset() -> None:
         shutil.rmtree(tree)
         shutil.copytree(pristine, tree, symlinks=True)
+        os.sync()
 
     return reset
 
