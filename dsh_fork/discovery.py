@@ -23,7 +23,7 @@ from .generations import (
     select,
 )
 from .layout import encode_segment, expand_home, resolve_root
-from .reader import peek_fields, read_header, read_header_line
+from .reader import check_version, peek_fields, read_header, read_header_line
 from .records import Header, LineError, parse_header, parse_line
 
 RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
@@ -496,11 +496,5 @@ def _located(root: Root, session_dir: Path) -> Located:
     generation = select(list_generations(session_dir))
     if generation is None:
         raise SessionNotFound(f"{session_dir} holds no session log", path=str(session_dir))
-    if generation.version > SUPPORTED_VERSION:
-        raise UnsupportedFormat(
-            f"{generation.path}: generation v{generation.version} is newer than "
-            f"v{SUPPORTED_VERSION} (written by a newer harness)",
-            version=generation.version,
-            path=str(generation.path),
-        )
+    check_version(generation)
     return Located(root, session_dir, generation)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .reader import SessionLog, TornTail
-from .records import Event, Header, nonneg_int
+from .records import Event, Header, dig, nonneg_int
 
 MODEL_TYPES = frozenset(
     (
@@ -223,7 +223,7 @@ class Facts:
     def provider_model(self) -> tuple[str | None, str | None]:
         """``config`` of the latest ``request/header``."""
         for _, data in reversed(self.request_headers):
-            config = _dig(data, "header", "config")
+            config = dig(data, "header", "config")
             if isinstance(config, dict):
                 provider, model = config.get("provider"), config.get("model")
                 return (
@@ -250,15 +250,7 @@ class Facts:
 
 
 def _turn_number(event: Event) -> int | None:
-    return nonneg_int(_dig(event.data, "turn"))
-
-
-def _dig(value: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
+    return nonneg_int(dig(event.data, "turn"))
 
 
 def derive(header: Header, event_count: int, events: list[Event]) -> Facts:

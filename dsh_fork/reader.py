@@ -393,7 +393,8 @@ def current_generation(session_dir: Path) -> Generation | None:
     return select(list_generations(session_dir))
 
 
-def _check_version(generation: Generation) -> None:
+def check_version(generation: Generation) -> None:
+    """A generation above v4 is refused for any use, read or write (contract §1.1)."""
     if generation.version > SUPPORTED_VERSION:
         raise UnsupportedFormat(
             f"{generation.path}: generation v{generation.version} is newer than "
@@ -405,7 +406,7 @@ def _check_version(generation: Generation) -> None:
 
 def read_header(generation: Generation) -> Header:
     """The header alone: the first frame (or first line) only, as DSH lists sessions."""
-    _check_version(generation)
+    check_version(generation)
     line = read_header_line(generation.path, generation.encoding)
     return parse_header(line, generation.version, where=str(generation.path))
 
@@ -485,7 +486,7 @@ def open_log(
     ``count_lines=False`` takes each frame's line count from its last line's seq instead of
     counting (see ``_build_index``): for a caller that copies frames it never reads.
     """
-    _check_version(generation)
+    check_version(generation)
     data, identity = stable_read(generation.path)
     if check_dir:
         now = current_generation(generation.path.parent)

@@ -452,3 +452,12 @@ def dumps_record(value: Any) -> bytes:
     except TypeError:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+
+
+def dig(value: Any, *keys: str) -> Any:
+    """``value[k1][k2]…`` through nested objects, or None where a level is not an object."""
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value

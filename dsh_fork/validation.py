@@ -32,6 +32,7 @@ from .records import (
     Event,
     Header,
     decode_source_seqs,
+    dig,
     header_version,
     nonneg_int,
     safe_int,
@@ -190,14 +191,6 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
     for finding in findings:
         out[finding.severity] += 1
     return out
-
-
-def _dig(value: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -587,7 +580,7 @@ class Validator:
     # -- other relationships ----------------------------------------------------------------
 
     def _user_message(self, ev: Event, data: dict[str, Any]) -> None:
-        if _dig(data, "source", "kind") == "user":
+        if dig(data, "source", "kind") == "user":
             self.human_messages.add(ev.seq)
 
     def _end_seed(self, ev: Event, data: dict[str, Any]) -> None:
@@ -631,7 +624,7 @@ class Validator:
 
     def _title(self, ev: Event, data: dict[str, Any]) -> None:
         seqs = data.get("messageSeqs")
-        user = _dig(data, "source", "kind") == "user"
+        user = dig(data, "source", "kind") == "user"
         if not isinstance(seqs, list):
             self.add("error", "TITLE", "session/title messageSeqs is not a list", ev.seq)
             return

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import orjson
 import typer
@@ -172,6 +172,33 @@ def run(out: Out, action: Callable[[], T]) -> T:
         if os.environ.get("DSH_FORK_DEBUG"):
             raise
         fail(out, InternalError(f"internal error: {type(exc).__name__}: {exc}"))
+
+
+class Reportable(Protocol):
+    def to_json(self) -> Any: ...
+
+
+R = TypeVar("R", bound=Reportable)
+
+
+def emit(
+    out: Out,
+    result: R,
+    render: Callable[[Out, R], None],
+    *,
+    warnings: Iterable[str] = (),
+    partial: DshForkError | None = None,
+) -> None:
+    """Warnings on stderr, then the result (rendered, or one JSON document), then the PARTIAL
+    exit when items failed: with ``--json`` the error object carries the result instead."""
+    for warning in warnings:
+        out.warn(warning)
+    if not out.json_mode:
+        render(out, result)
+    elif partial is None:
+        out.json(result.to_json())
+    if partial is not None:
+        fail(out, partial)
 
 
 def iso(ms: int | None) -> str:

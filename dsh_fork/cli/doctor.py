@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, fail, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..doctor import DoctorReport
@@ -63,9 +63,4 @@ def doctor_command(
 
     out = Out(json_mode)
     report = run(out, lambda: doctor(Root(resolve_root(root_of(root))), sessions or None))
-    if not json_mode:
-        render(out, report)
-    if report.errors:
-        fail(out, report.partial())
-    if json_mode:
-        out.json(report.to_json())
+    emit(out, report, render, partial=report.partial() if report.errors else None)

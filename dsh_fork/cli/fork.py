@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fork import ForkResult
@@ -53,12 +53,7 @@ def fork_command(
             dry_run=dry_run,
         ),
     )
-    for warning in result.warnings:
-        out.warn(warning)
-    if json_out:
-        out.json(result.to_json())
-    else:
-        _render(out, result)
+    emit(out, result, _render, warnings=result.warnings)
 
 
 def _render(out: Out, result: ForkResult) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..inspect import InspectReport
@@ -207,9 +207,4 @@ def inspect(
 
     out = Out(json_mode)
     report = run(out, lambda: inspect_arg(session, root_of(root), events=events))
-    for warning in report.warnings:
-        out.warn(warning)
-    if json_mode:
-        out.json(report.to_json())
-    else:
-        render(out, report)
+    emit(out, report, render, warnings=report.warnings)

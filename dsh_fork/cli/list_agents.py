@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, iso, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..agents import AgentRow, AgentTree
@@ -109,9 +109,4 @@ def list_agents(
 
     out = Out(json_mode)
     tree = run(out, lambda: list_agents_arg(session, root_of(root), recursive=recursive))
-    for warning in tree.warnings:
-        out.warn(warning)
-    if json_mode:
-        out.json(tree.to_json())
-    else:
-        _render(out, tree)
+    emit(out, tree, _render, warnings=tree.warnings)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import UsageError
-from .base import JSON_HELP, ROOT_HELP, Out, app, fail, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, fail, root_of, run
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..relink import RelinkAllResult, RelinkSummary
@@ -134,25 +134,9 @@ def relink(
             result = run(
                 out, lambda: relink_all_arg(root_of(root), dry_run=dry_run, progress=progress)
             )
-        for summary in result.results:
-            for warning in summary.warnings:
-                out.warn(f"{summary.fork_child}: {warning}")
-        partial = result.partial()
-        if not json_mode:
-            _render_all(out, result)
-        elif partial is None:
-            out.json(result.to_json())
-        if partial is not None:
-            fail(out, partial)
+        warnings = [f"{r.fork_child}: {w}" for r in result.results for w in r.warnings]
+        emit(out, result, _render_all, warnings=warnings, partial=result.partial())
         return
     assert fork_child is not None
     summary = run(out, lambda: relink_arg(fork_child, root_of(root), dry_run=dry_run))
-    for warning in summary.warnings:
-        out.warn(warning)
-    partial = summary.partial()
-    if not json_mode:
-        _render(out, summary)
-    elif partial is None:
-        out.json(summary.to_json())
-    if partial is not None:
-        fail(out, partial)
+    emit(out, summary, _render, warnings=summary.warnings, partial=summary.partial())
