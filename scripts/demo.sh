@@ -5,15 +5,15 @@ set -euo pipefail
 bin=${1:-.venv/bin}
 home=$(mktemp -d "${TMPDIR:-/tmp}/dsh-fork-demo.XXXXXX")
 export DSH_HOME="$home"
-run() { printf '\n$ %s\n' "$*"; "$@"; }
+dsh_fork() { printf '\n$ dsh-fork %s\n' "$*"; "$bin/dsh-fork" "$@"; }
 
 printf '\n$ dsh-fork fixture %s --sessions 1 --agents 3 --depth 2 --turns 3 --seed 42\n' "$home/sessions"
 summary=$("$bin/dsh-fork" fixture "$home/sessions" --sessions 1 --agents 3 --depth 2 --turns 3 --seed 42)
 printf '%s\n' "$summary"
 source_id=$(printf '%s\n' "$summary" | awk '/^top-level session/ {print $3; exit}')
 
-run "$bin/dsh-fork" inspect "$source_id"
-run "$bin/dsh-fork" fork "$source_id" --id demo-fork
-run "$bin/dsh-fork" list-agents demo-fork --recursive
-run "$bin/dsh-fork" doctor
+dsh_fork inspect "$source_id"
+dsh_fork fork "$source_id" --id demo-fork
+dsh_fork list-agents demo-fork --recursive
+dsh_fork doctor
 printf '\nDemo home: %s (DSH_HOME); operation log: %s/dsh-fork-relink.log\n' "$home" "$home"
