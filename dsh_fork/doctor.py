@@ -9,6 +9,7 @@ A file that cannot be read is a finding, never a crash.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from .discovery import Root, SessionEntry, locate
 from .errors import Partial, SessionNotFound, UnsupportedFormat
 from .generations import is_temp_name, list_generations, non_canonical_files
+from .layout import resolve_root
 from .locking import probe
 from .records import header_version
 from .validation import SEVERITIES, DirCheck, Severity, binding_problem, check_dir
@@ -394,3 +396,12 @@ def doctor(root: Root, sessions: list[str] | None = None) -> DoctorReport:
         report.findings.extend(_session_findings(entry, check))
         report.findings.extend(_lineage(root, entry, check, by_id))
     return report
+
+
+def doctor_arg(
+    root_option: str | None,
+    sessions: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> DoctorReport:
+    """Resolve the root (``--root``, else ``$DSH_HOME/sessions``) and check it (the command)."""
+    return doctor(Root(resolve_root(root_option, env)), sessions)

@@ -57,10 +57,8 @@ def doctor_command(
 
     Example: dsh-fork --root ~/.dsh/sessions doctor --json
     """
-    from ..discovery import Root
-    from ..doctor import doctor
-    from ..layout import resolve_root
+    from ..doctor import doctor_arg
 
     out = Out(json_mode)
-    report = run(out, lambda: doctor(Root(resolve_root(root_of(root))), sessions or None))
+    report = run(out, lambda: doctor_arg(root_of(root), sessions or None))
     emit(out, report, render, partial=report.partial() if report.errors else None)
