@@ -632,7 +632,7 @@ def test_header_with_a_retired_key_is_invalid(root: Path) -> None:
 
 
 def test_path_binding(root: Path, clock: Clock) -> None:
-    session_dir = published(root, clock, cwd="/work/a")
+    session_dir = published(root, clock, cwd="/srv/a")
     moved = root / "--elsewhere--" / session_dir.name
     moved.parent.mkdir()
     os.rename(session_dir, moved)
@@ -642,7 +642,7 @@ def test_path_binding(root: Path, clock: Clock) -> None:
             "severity": "error",
             "code": "PATH_MISMATCH",
             "message": "the log lives in --elsewhere--/session-s but its header binds it to "
-            "--work-a--/session-s",
+            "--srv-a--/session-s",
         }
     ]
 
