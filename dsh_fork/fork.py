@@ -198,8 +198,14 @@ def fork_session(
     agents: bool,
     dry_run: bool,
     env: Mapping[str, str] | None = None,
+    clock: ClockMs = now_ms,
+    new_id: IdFactory = new_session_id,
+    oplog_path: Path | None = None,
 ) -> ForkResult:
-    """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs."""
+    """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
+
+    ``oplog_path`` defaults to the contract's location for ``root_option`` (semantics §2.1).
+    """
     source = locate(source_arg, root_option, env)
     return fork(
         source.root,
@@ -208,7 +214,9 @@ def fork_session(
         child_id=child_id,
         agents=agents,
         dry_run=dry_run,
-        oplog_path=default_oplog_path(root_option, env),
+        clock=clock,
+        new_id=new_id,
+        oplog_path=oplog_path or default_oplog_path(root_option, env),
     )
 
 

@@ -38,6 +38,13 @@ def require_samples() -> None:
     pytest.skip(message, allow_module_level=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_dsh_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may reach the developer's own DSH home: DSH_HOME is unset unless a test sets it
+    (the operation log then lands beside the test's root)."""
+    monkeypatch.delenv("DSH_HOME", raising=False)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """An empty sessions root (``<tmp>/home/sessions``) that does not exist yet."""

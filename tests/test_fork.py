@@ -16,7 +16,7 @@ import pytest
 from conftest import log_events, log_header, log_lines, run_cli, tree_digest, tree_listing
 
 from dsh_fork import frames as zframes
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.errors import (
     CorruptLog,
     InvalidBoundary,
@@ -27,7 +27,7 @@ from dsh_fork.errors import (
     UsageError,
 )
 from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
-from dsh_fork.fork import ForkResult, fork
+from dsh_fork.fork import ForkResult, fork_session
 from dsh_fork.generations import CURRENT_NAME, list_generations
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
@@ -56,10 +56,9 @@ def lib_fork(
     dry_run: bool = False,
     now: int = NOW,
 ) -> ForkResult:
-    located = locate(source, str(root))
-    return fork(
-        located.root,
-        located,
+    return fork_session(
+        source,
+        str(root),
         at=at,
         child_id=child_id,
         agents=False,

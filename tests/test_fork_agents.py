@@ -11,10 +11,10 @@ import orjson
 import pytest
 from conftest import SAMPLES, log_events, log_header, run_cli, tree_listing
 
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.errors import Partial
 from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_spec_as
-from dsh_fork.fork import ForkResult, fork
+from dsh_fork.fork import ForkResult, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.locking import probe
 from dsh_fork.validation import validate_dir
@@ -33,10 +33,9 @@ def lib_fork(
     agents: bool = True,
     oplog: Path | None = None,
 ) -> ForkResult:
-    located = locate(source, str(root))
-    return fork(
-        located.root,
-        located,
+    return fork_session(
+        source,
+        str(root),
         at=at,
         child_id=child_id,
         agents=agents,

@@ -20,10 +20,10 @@ from conftest import log_lines
 
 from dsh_fork import faults
 from dsh_fork import frames as zframes
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.errors import IoError, SessionAlreadyExists, SessionStale
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.fork import ForkResult, fork
+from dsh_fork.fork import ForkResult, fork_session
 from dsh_fork.generations import CURRENT_NAME, list_generations
 from dsh_fork.locking import probe
 from dsh_fork.validation import validate_dir
@@ -35,15 +35,8 @@ NOW = 1_800_000_000_000
 
 
 def lib_fork(root: Path, child_id: str = "child") -> ForkResult:
-    located = locate(SRC, str(root))
-    return fork(
-        located.root,
-        located,
-        at=None,
-        child_id=child_id,
-        agents=False,
-        dry_run=False,
-        clock=lambda: NOW,
+    return fork_session(
+        SRC, str(root), at=None, child_id=child_id, agents=False, dry_run=False, clock=lambda: NOW
     )
 
 
