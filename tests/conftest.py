@@ -23,6 +23,15 @@ from dsh_fork.fixtures import Clock, Ids
 
 SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
 
+NON_CANONICAL_NAMES = (
+    "session.v0.jsonl.zstd",
+    "session.v04.jsonl.zstd",
+    "session.V4.jsonl.zstd",
+    "session.v4.jsonl.zstd.tmp",
+    "session.v4.jsonl.zstd.repair",
+)
+"""The ``child-h`` names of the generation-scan scenario (semantics §10.1): never a log."""
+
 
 def require_samples() -> None:
     """The foreign sample home lies beside the checkout (``../shared/samples``), as in CI.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import NON_CANONICAL_NAMES
 
 from dsh_fork.discovery import Root, locate
 from dsh_fork.errors import CorruptLog, SessionNotFound, UnsupportedFormat, UsageError
@@ -64,13 +65,7 @@ def generation_scan_root(root: Path, clock: Clock) -> Scenario:
     h_dir = h.publish(root)
     real = (h_dir / "session.v4.jsonl.zstd").read_bytes()
     (h_dir / "session.v4.jsonl.zstd").unlink()
-    for name in (
-        "session.v0.jsonl.zstd",
-        "session.v04.jsonl.zstd",
-        "session.V4.jsonl.zstd",
-        "session.v4.jsonl.zstd.tmp",
-        "session.v4.jsonl.zstd.repair",
-    ):
+    for name in NON_CANONICAL_NAMES:
         (h_dir / name).write_bytes(real)
     dirs["child-h"] = h_dir
     dirs["child-x"] = child(clock, "child-x", cwd="/other").publish(root)

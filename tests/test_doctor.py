@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from conftest import run_cli, tree_digest
+from conftest import NON_CANONICAL_NAMES, run_cli, tree_digest
 
 from dsh_fork import frames as zframes
 from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
@@ -408,13 +408,7 @@ def test_the_generation_scan_fixture_set(root: Path, clock: Clock) -> None:
     (e_dir / "session.v4.jsonl.txt").write_bytes(b"")
     h_dir = root / "--fx--" / "child-h"
     h_dir.mkdir()
-    for name in (
-        "session.v0.jsonl.zstd",
-        "session.v04.jsonl.zstd",
-        "session.V4.jsonl.zstd",
-        "session.v4.jsonl.zstd.tmp",
-        "session.v4.jsonl.zstd.repair",
-    ):
+    for name in NON_CANONICAL_NAMES:
         (h_dir / name).write_bytes(b"")
     child("child-x", cwd="/other").publish(root)
     (root / "--fx--" / "loose-file").write_bytes(b"")

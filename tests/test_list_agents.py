@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import run_cli
+from conftest import NON_CANONICAL_NAMES, run_cli
 from relinkkit import CWD, fork_of, legacy_copy, subagent
 
 from dsh_fork.discovery import Root
@@ -265,13 +265,7 @@ def test_the_generation_scan_fixture_set(root: Path, clock: Clock) -> None:
     e = child("child-e")
     write_log_file(root / "--fx--" / "child-e" / "session.v4.jsonl.txt", e.header_line(), [])
     h = child("child-h")
-    for name in (
-        "session.v0.jsonl.zstd",
-        "session.v04.jsonl.zstd",
-        "session.V4.jsonl.zstd",
-        "session.v4.jsonl.zstd.tmp",
-        "session.v4.jsonl.zstd.repair",
-    ):
+    for name in NON_CANONICAL_NAMES:
         write_log_file(root / "--fx--" / "child-h" / name, h.header_line(), [])
     child("child-x", cwd="/other").publish(root)
     (root / "--fx--" / "loose-file").write_text("x")
