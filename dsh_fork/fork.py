@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import seeded
 from .discovery import Located, Root, locate
 from .errors import (
-    CorruptLog,
     DshForkError,
-    InternalError,
     InvalidBoundary,
     OpenTurn,
     Partial,
@@ -37,18 +36,14 @@ from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
 from .model import Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
-from .records import encode_event, encode_header
-from .writer import Body, ensure_session_dir, publish
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
-    from .relink import RelinkSummary
+    from .relink import ForkPoint, RelinkSummary
 
 TURN_TYPES = ("turn/start", "turn/end")
 PRESET_TYPE = "agent-preset/selected"
 CATALOG_TYPE = "subagent/catalog"
-MARKER_TYPE = "session/end-seed"
 MAX_SEGMENT_BYTES = 255
-_ID_ATTEMPTS = 5
 
 
 @dataclass
@@ -114,17 +109,19 @@ def fork(
     if child_id is not None:
         _check_child_id(root, child_id)
 
-    types = [PRESET_TYPE, CATALOG_TYPE] if dry_run and agents else [PRESET_TYPE]
+    # The catalog facts of the prefix decide which subagents the child's branch holds; fork
+    # hands them to relink with the fork point, so relink never re-reads the child it wrote.
+    types = [PRESET_TYPE, CATALOG_TYPE] if agents else [PRESET_TYPE]
     # Every frame is decoded and checksum-verified; the frames copied verbatim are checked at
     # their edges, the frame holding the boundary line by line (reader.open_log).
     log = open_log(generation, collect=types, count_lines=False)
     facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
     last = -1 if boundary is None else boundary
-    run, whole, cut_lines = log.prefix_run(last)
-    boundary_time = None if boundary is None else _time_of(log, boundary)
+    whole = log.whole_frames(last) if last >= 0 else 0
+    cut_frame = last >= 0 and whole < len(log.chunks) and log.chunks[whole].first_seq <= last
     if child_id is None and not dry_run:
-        child_id = _fresh_id(root, new_id)
+        child_id = seeded.fresh_id(root, new_id)
     project_dir = root.path / project_dir_name(log.header.cwd)
     result = ForkResult(
         child_id=child_id,
@@ -133,10 +130,10 @@ def fork(
         parent_session=log.header.id,
         boundary=boundary,
         inherited_events=last + 1,
-        agent_preset=facts.preset_at(last),
+        agent_preset=seeded.preset(facts, last + 1),
         created_at=None,
         frames_copied=whole,
-        frames_reencoded=1 if cut_lines else 0,
+        frames_reencoded=1 if cut_frame else 0,
         dry_run=dry_run,
         warnings=list(source.warnings),
     )
@@ -154,39 +151,28 @@ def fork(
 
     assert child_id is not None
     result.created_at = clock()
-    marker_time = result.created_at if boundary_time is None else boundary_time
-    header_line = _child_header(log, result)
-    body = Body(frames=[run] if run else [], tail=cut_lines + _marker(last + 1, marker_time))
-    session_dir = ensure_session_dir(root.path, project_dir.name, encode_segment(child_id))
-    published = publish(session_dir, header_line, body, keep_lock=agents)
+    plan = seeded.plan(
+        log,
+        facts,
+        session_id=child_id,
+        created_at=result.created_at,
+        parent_session=log.header.id,
+        origin=None,
+        depth=0,
+        inherited=last + 1,
+    )
+    published = seeded.write(root, plan, log, keep_lock=agents)
     result.path = published.path
     if agents:
+        from .relink import fork_point
+
         assert published.lock is not None
+        point = fork_point(log, facts, log.header.id, last, 0)
         try:
-            _copy_agents(root, result, published.lock, oplog_path, clock, new_id)
+            _copy_agents(root, result, point, published.lock, oplog_path, clock, new_id)
         finally:
             published.lock.release()
     return result
-
-
-def _child_header(log: SessionLog, result: ForkResult) -> bytes:
-    """The v4 header of a fork child (semantics §1.4): seeded, depth 0, no origin."""
-    assert result.child_id is not None and result.created_at is not None
-    return encode_header(
-        session_id=result.child_id,
-        created_at=result.created_at,
-        cwd=log.header.cwd,
-        parent_session=log.header.id,
-        is_seeded=True,
-        origin=None,
-        delegation_depth=0,
-        agent_preset=result.agent_preset,
-    )
-
-
-def _marker(seq: int, time: int) -> bytes:
-    """The child's own tagged end-seed: its cut (format §7.4, §10.3)."""
-    return encode_event(MARKER_TYPE, seq, time, {"inherited": True})
 
 
 def fork_session(
@@ -273,16 +259,6 @@ def _open_turn(log: SessionLog, seq: int, turn: OpenTurnInfo, *, default: bool) 
     )
 
 
-def _time_of(log: SessionLog, seq: int) -> int:
-    """The boundary event's time, which the marker takes (DSH's late-v4 rule)."""
-    time = log.event(seq).time
-    if time is None:
-        raise CorruptLog(
-            f"{log.where}: event {seq} has no safe-integer time", line=seq, path=log.where
-        )
-    return time
-
-
 # -- the child id ---------------------------------------------------------------------------
 
 
@@ -303,35 +279,33 @@ def _check_child_id(root: Root, child_id: str) -> None:
         )
 
 
-def _fresh_id(root: Root, new_id: IdFactory) -> str:
-    """``session-<uuid4>``, regenerated on the (practically impossible) collision."""
-    for _ in range(_ID_ATTEMPTS):
-        candidate = new_id()
-        if not root.exists(candidate):
-            return candidate
-    raise InternalError(f"{_ID_ATTEMPTS} fresh session ids in a row already exist")
-
-
 # -- subagents --------------------------------------------------------------------------------
 
 
 def _copy_agents(
     root: Root,
     result: ForkResult,
+    point: ForkPoint,
     lock: SessionLock,
     oplog_path: Path | None,
     clock: ClockMs,
     new_id: IdFactory,
 ) -> None:
     """relink with C = the new child, under the lock its publication took (§3.1 step 9)."""
-    from .relink import relink
+    from .relink import relink_new_child
 
     child_id = result.child_id
     assert child_id is not None and result.path is not None
     try:
-        root.invalidate()
-        summary = relink(
-            root, result.path.parent, lock=lock, oplog_path=oplog_path, clock=clock, new_id=new_id
+        summary = relink_new_child(
+            root,
+            child_id,
+            result.path.parent,
+            point,
+            lock,
+            oplog_path=oplog_path,
+            clock=clock,
+            new_id=new_id,
         )
     except DshForkError as error:
         raise Partial(

@@ -74,11 +74,11 @@ def _parsed_equal(a: SessionLog, b: SessionLog, count: int) -> bool:
 
 
 def is_copy_of(copy: Logged, source: SessionLog) -> bool:
-    """X is a copy of S: seeded, its cut follows a ``turn/end``, and its prefix is S's."""
+    """X is a copy of S: seeded, its cut lies outside any turn, and its prefix is S's."""
     cut = copy.facts.cut
     if not copy.log.header.is_seeded or cut < 1 or source.event_count < cut:
         return False
-    if cut - 1 not in copy.facts.turn_ends:
+    if copy.facts.enclosing_turn(cut - 1) is not None:
         return False
     return _raw_equal(copy.log, source, cut) or _parsed_equal(copy.log, source, cut)
 

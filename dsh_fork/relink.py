@@ -10,14 +10,15 @@ for ``--dry-run`` — only records it, so a plan and a real run report the same 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from . import layout, writer
+from . import layout, seeded, writer
 from . import oplog as messages
 from .catalog import fact_from_descriptor
 from .discovery import Root, SessionEntry, locate
@@ -26,21 +27,18 @@ from .errors import (
     DshForkError,
     IoError,
     Partial,
-    SessionAlreadyExists,
     SessionLocked,
     SessionNotFound,
     UsageError,
     unsupported_below_v4,
 )
-from .generations import SUPPORTED_VERSION, Generation
+from .generations import SUPPORTED_VERSION
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
-from .layout import encode_segment, project_dir_name
 from .locking import SessionLock, running
 from .model import MODEL_TYPES, Facts, facts_of
 from .oplog import OpLog
-from .provenance import Logged, match_copies
+from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
-from .records import encode_event, encode_header, parse_header
 
 LINEAGE_CYCLE = "lineage cycle"
 
@@ -51,9 +49,11 @@ LINEAGE_CYCLE = "lineage cycle"
 class ForkPoint:
     """Where a new parent's history branched off its source parent.
 
-    ``parent_id`` is the source parent whose children are candidates; ``cut`` and
-    ``last_inherited_time`` decide branch membership together with the catalog facts the new
-    parent inherited; ``depth`` is the new parent's delegation depth.
+    ``parent_id`` is the nearest source parent whose children are candidates; ``chain`` the
+    sessions it inherited from in turn, nearest first (its fork ancestors, or the upstream
+    members of a copied lineage), whose children are candidates too (semantics §1.5 "Fork
+    chains"). ``cut`` and ``last_inherited_time`` decide branch membership together with the
+    catalog facts the new parent inherited; ``depth`` is the new parent's delegation depth.
     """
 
     parent_id: str
@@ -61,6 +61,10 @@ class ForkPoint:
     last_inherited_time: int | None
     inherited_catalog_ids: frozenset[str]
     depth: int
+    chain: tuple[str, ...] = ()
+
+    def with_chain(self, chain: tuple[str, ...]) -> ForkPoint:
+        return replace(self, chain=chain)
 
 
 _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog", "subagent/descriptor"))
@@ -74,7 +78,7 @@ def fork_point(
     """The fork point of a session that inherited ``log``'s events ``0..boundary``.
 
     For a fork child C: its own log with ``boundary = cut(C) - 1``; for a planned fork: the
-    source with the fork boundary; for a copy of S: S's log with ``boundary = L(S)``.
+    source with the fork boundary; for a copy of S: S's log with ``boundary = K(S) - 1``.
     """
     if boundary < 0:
         return ForkPoint(parent_id, 0, None, frozenset(), depth)
@@ -86,13 +90,27 @@ def fork_point(
     return ForkPoint(parent_id, boundary + 1, log.event(boundary).time, ids, depth)
 
 
-def belongs(point: ForkPoint, child_id: str, created_at: int) -> bool:
-    """Branch membership (semantics §4.2.3): an inherited catalog fact, else createdAt ≤ T."""
+def copy_cut(facts: Facts) -> int | None:
+    """K(S) (semantics §2.6): the seq of the open last turn's ``turn/start``, or the event
+    count when the last turn is closed; None when S never completed a turn."""
+    if facts.last_turn_end is None:
+        return None
+    open_turn = facts.open_turn
+    return facts.event_count if open_turn is None else open_turn.start_seq
+
+
+def belongs(point: ForkPoint, child_id: str, created_at: int, horizon: int | None = None) -> bool:
+    """Branch membership (semantics §4.2.3): an inherited catalog fact, else createdAt ≤ T.
+
+    ``horizon`` replaces T for the children of a farther chain member: what that member
+    spawned after the nearer one branched off cannot be on the branch (docs/fork-chains.md).
+    """
     if point.cut <= 0:
         return False
     if child_id in point.inherited_catalog_ids:
         return True
-    return point.last_inherited_time is not None and created_at <= point.last_inherited_time
+    limit = point.last_inherited_time if horizon is None else horizon
+    return limit is not None and created_at <= limit
 
 
 # -- results ----------------------------------------------------------------------------------
@@ -140,7 +158,7 @@ class RelinkSummary:
         for item in self.uncatalogable:
             items.append(
                 {
-                    "id": item["id"] or item["source"],
+                    "id": item["id"],
                     "code": "UNCATALOGABLE",
                     "message": f"no catalog fact can be made: {item['reason']}",
                 }
@@ -153,7 +171,7 @@ class RelinkSummary:
             return None
         problems = self.problems()
         total = len(self.copied) + len(self.skipped) + len(self.failed)
-        total += sum(1 for item in self.uncatalogable if item["source"] is None)
+        total += len(self.uncatalogable)
         return Partial(
             f"{len(problems)} of {max(total, len(problems))} items failed",
             problems,
@@ -214,7 +232,7 @@ def _open(entry: SessionEntry) -> _Opened:
     except DshForkError as exc:
         return _Opened(entry, error=exc)
     except OSError as exc:
-        return _Opened(entry, error=CorruptLog(f"{generation.path}: unreadable ({exc.strerror})"))
+        return _Opened(entry, error=IoError.of(exc, "read"))
     return _Opened(entry, log, facts_of(log))
 
 
@@ -232,11 +250,19 @@ class _Skip:
 
 
 @dataclass
+class _Uncat:
+    """A belonging child whose descriptor cannot make a catalog fact: reported, not copied."""
+
+    id: str
+    reason: str
+
+
+@dataclass
 class _Copy:
     source: _Opened
-    last: int
-    descriptor: Any | None
-    fact_reason: str | None
+    inherited: int
+    """K(S): the copy inherits S's events ``0..K(S)-1``."""
+    descriptor: Any
     level: _Level
 
 
@@ -257,12 +283,15 @@ class _Repair:
     reason: str | None
 
 
+_Item = _Fail | _Skip | _Uncat | _Copy | _Match
+
+
 @dataclass
 class _Level:
     """Everything that happens under one new parent (C, a copy, or a matched copy)."""
 
     point: ForkPoint
-    items: list[_Fail | _Skip | _Copy | _Match] = field(default_factory=list)
+    items: list[_Item] = field(default_factory=list)
     unrelated: list[str] = field(default_factory=list)
     existing_outcomes: list[_Fail | _Skip] = field(default_factory=list)
     repairs: list[_Repair] = field(default_factory=list)
@@ -278,7 +307,7 @@ class _Level:
             or any(repair.fact is not None for repair in self.repairs)
         )
 
-    def walk_items(self) -> Iterator[_Fail | _Skip | _Copy | _Match]:
+    def walk_items(self) -> Iterator[_Item]:
         """Every item of this level and the levels below it, in walk order."""
         if self.blocked is not None:
             return
@@ -292,12 +321,107 @@ def _failure(child_id: str, error: DshForkError) -> _Fail:
     return _Fail(child_id, error.code, error.message)
 
 
+@dataclass
+class _Member:
+    """One candidate: a subagent child of a source parent on the chain (rank 0 = nearest)."""
+
+    entry: SessionEntry
+    rank: int
+    belongs: bool
+    opened: _Opened | None = None
+    _key: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.entry.id or self.entry.session_dir.name
+
+    def logged(self) -> Logged | None:
+        return None if self.opened is None else self.opened.logged()
+
+    def key(self) -> str | None:
+        """The normalised first event (a copy's equals its source's): a cheap pre-filter."""
+        logged = self.logged()
+        if self._key is None and logged is not None:
+            self._key = first_event_key(logged.log)
+        return self._key
+
+
+def _copy_of(copy: Logged, copy_key: str | None, member: _Member) -> bool:
+    source = member.logged()
+    return (
+        source is not None
+        and copy_key is not None
+        and member.key() == copy_key
+        and is_copy_of(copy, source.log)
+    )
+
+
+def _lineages(ranks: list[list[_Member]]) -> list[list[_Member]]:
+    """Group the candidates of every chain rank by lineage (an original and its copies,
+    semantics §4.3), each lineage nearest member first. Farthest rank first: a copy joins the
+    first lineage not yet joined at its rank that holds a member it is a copy of, so two
+    identical copies under one parent stay two lineages (one-to-one, like §4.3)."""
+    lineages: list[list[_Member]] = []
+    for members in reversed(ranks):
+        taken: set[int] = set()
+        for member in members:
+            logged = member.logged()
+            joined: int | None = None
+            if logged is not None and logged.log.header.is_seeded and logged.facts.cut > 0:
+                key = member.key()
+                for index, lineage in enumerate(lineages):
+                    if index not in taken and any(_copy_of(logged, key, m) for m in lineage):
+                        joined = index
+                        break
+            if joined is None:
+                lineages.append([member])
+                taken.add(len(lineages) - 1)
+            else:
+                lineages[joined].insert(0, member)
+                taken.add(joined)
+    return lineages
+
+
+def _order(entry: SessionEntry) -> tuple[int, str]:
+    return (entry.created_at, entry.id or entry.session_dir.name)
+
+
 class _Planner:
     """Read-only: decides every outcome of a relink (semantics §4.2, §4.3, §4.4.2)."""
 
     def __init__(self, root: Root) -> None:
         self.root = root
         self.visited: set[str] = set()
+
+    def _ranks(self, point: ForkPoint, failures: list[_Fail]) -> list[list[_Member]]:
+        """The candidates of every source parent on the chain, with their branch membership.
+
+        A farther member's children are judged against the horizon min(T, createdAt of the
+        nearer member): what it spawned after the nearer one branched off is not on the branch.
+        """
+        sources = (point.parent_id, *point.chain)
+        horizon = point.last_inherited_time
+        ranks: list[list[_Member]] = []
+        for rank, source_id in enumerate(sources):
+            if rank > 0 and horizon is not None:
+                nearer = self.root.entry(sources[rank - 1])
+                if nearer is not None and nearer.header is not None:
+                    horizon = min(horizon, nearer.created_at)
+            members: list[_Member] = []
+            for entry in self.root.children_of(source_id):
+                child_id = entry.id or entry.session_dir.name
+                if entry.error is not None:
+                    failures.append(_failure(child_id, entry.error))
+                    continue
+                member = _Member(entry, rank, belongs(point, child_id, entry.created_at, horizon))
+                members.append(member)
+            ranks.append(members)
+        grouping = len(sources) > 1
+        for members in ranks:
+            for member in members:
+                if member.belongs or grouping:
+                    member.opened = _open(member.entry)
+        return ranks
 
     def level(
         self,
@@ -308,47 +432,68 @@ class _Planner:
         own_descriptor: Any | None = None,
     ) -> _Level:
         level = _Level(point, own_descriptor=own_descriptor)
-        belonging: list[_Opened] = []
-        outcome: dict[str, _Fail | _Opened] = {}
-        order: list[str] = []
-        for entry in self.root.children_of(point.parent_id):
-            child_id = entry.id or entry.session_dir.name
-            if entry.error is not None:
-                order.append(child_id)
-                outcome[child_id] = _failure(child_id, entry.error)
-                continue
-            if not belongs(point, child_id, entry.created_at):
-                level.unrelated.append(child_id)
-                continue
-            order.append(child_id)
-            if child_id in self.visited:
-                outcome[child_id] = _Fail(
-                    child_id, CorruptLog.code, f"{LINEAGE_CYCLE}: {child_id} is its own ancestor"
-                )
-                continue
-            self.visited.add(child_id)
-            opened = _open(entry)
-            outcome[child_id] = opened
-            belonging.append(opened)
-        readable = [x for x in (o.logged() for o in existing) if x is not None]
-        sources = [s for s in (o.logged() for o in belonging) if s is not None]
-        matches = match_copies(readable, sources)
-        matched_source = {source: copy for copy, source in matches.items()}
-        by_id = {o.id: o for o in existing}
-
-        for child_id in order:
-            found = outcome[child_id]
-            if isinstance(found, _Fail):
-                level.items.append(found)
-            elif child_id in matched_source:
-                level.items.append(self._match(child_id, by_id[matched_source[child_id]]))
+        failures: list[_Fail] = []
+        lineages = _lineages(self._ranks(point, failures))
+        chosen: list[tuple[_Member, list[_Member]]] = []
+        for lineage in lineages:
+            pick = next((m for m in lineage if m.belongs), None)
+            if pick is None:
+                level.unrelated.append(lineage[0].id)
             else:
-                level.items.append(self._classify(found, point))
+                chosen.append((pick, [m for m in lineage if m.rank > pick.rank]))
+        chosen.sort(key=lambda pair: _order(pair[0].entry))
+
+        matches = self._match_existing(existing, chosen)
+        by_id = {o.id: o for o in existing}
+        matched_source = {source: copy for copy, source in matches.items()}
+        ordered: list[tuple[tuple[int, str], _Item]] = []
+        for failure in failures:
+            entry = self.root.entry(failure.id)
+            ordered.append(((0 if entry is None else entry.created_at, failure.id), failure))
+        for member, upstream in chosen:
+            chain = tuple(m.id for m in upstream)
+            if member.id in self.visited:
+                item: _Item = _Fail(
+                    member.id, CorruptLog.code, f"{LINEAGE_CYCLE}: {member.id} is its own ancestor"
+                )
+            else:
+                self.visited.add(member.id)
+                if member.id in matched_source:
+                    item = self._match(member.id, by_id[matched_source[member.id]], chain)
+                else:
+                    assert member.opened is not None
+                    item = self._classify(member.opened, point, chain)
+            ordered.append((_order(member.entry), item))
+        ordered.sort(key=lambda pair: pair[0])
+        level.items = [item for _, item in ordered]
         self._repairs(level, existing, own_catalog, matches)
         return level
 
-    def _classify(self, source: _Opened, point: ForkPoint) -> _Fail | _Skip | _Copy:
-        """Semantics §4.2.5, in order: running, below v4, unreadable, open, else a copy."""
+    def _match_existing(
+        self, existing: list[_Opened], chosen: list[tuple[_Member, list[_Member]]]
+    ) -> dict[str, str]:
+        """Existing children of the new parent, in (createdAt, id) order, each take the first
+        unmatched belonging lineage holding a member it is a copy of. Copy id → chosen id."""
+        taken: set[int] = set()
+        matches: dict[str, str] = {}
+        for copy in existing:
+            logged = copy.logged()
+            if logged is None or not logged.log.header.is_seeded or logged.facts.cut < 1:
+                continue
+            key = first_event_key(logged.log)
+            for index, (pick, upstream) in enumerate(chosen):
+                lineage = [pick, *upstream]
+                if index not in taken and any(_copy_of(logged, key, m) for m in lineage):
+                    taken.add(index)
+                    matches[copy.id] = pick.id
+                    break
+        return matches
+
+    def _classify(
+        self, source: _Opened, point: ForkPoint, chain: tuple[str, ...]
+    ) -> _Fail | _Skip | _Uncat | _Copy:
+        """Semantics §4.2.5, in order: running, below v4, unreadable, open, uncatalogable,
+        else a copy of S's events ``0..K(S)-1``."""
         entry = source.entry
         generation = entry.generation
         assert generation is not None
@@ -360,8 +505,8 @@ class _Planner:
         if source.error is not None or source.log is None or source.facts is None:
             assert source.error is not None
             return _failure(source.id, source.error)
-        last = source.facts.last_turn_end
-        if last is None:
+        inherited = copy_cut(source.facts)
+        if inherited is None:
             return _Skip(source.id, "open")
         descriptor = source.facts.descriptor()
         data = None if descriptor is None else descriptor.data
@@ -373,10 +518,12 @@ class _Planner:
                     source.id, CorruptLog.code, f"{source.id}: its descriptor cannot be re-encoded"
                 )
         reason = fact_from_descriptor(data, source.id, 0).reason
-        sub = fork_point(source.log, source.facts, source.id, last, point.depth + 1)
-        return _Copy(source, last, data, reason, self.level(sub, [], set()))
+        if reason is not None:
+            return _Uncat(source.id, reason)
+        sub = fork_point(source.log, source.facts, source.id, inherited - 1, point.depth + 1)
+        return _Copy(source, inherited, data, self.level(sub.with_chain(chain), [], set()))
 
-    def _match(self, source_id: str, copy: _Opened) -> _Match:
+    def _match(self, source_id: str, copy: _Opened, chain: tuple[str, ...]) -> _Match:
         """Recurse into an existing copy with its own cut and last inherited time (§4.2.6)."""
         assert copy.log is not None and copy.facts is not None
         facts = copy.facts
@@ -385,7 +532,7 @@ class _Planner:
         repair_descriptor = _descriptor_to_repair(copy)
         children = [_open(e) for e in self.root.children_of(copy.id)]
         own = {e.child_id for e in facts.own_catalog() if e.child_id is not None}
-        level = self.level(sub, children, own, own_descriptor=repair_descriptor)
+        level = self.level(sub.with_chain(chain), children, own, own_descriptor=repair_descriptor)
         if level.writes_parent():
             # Whatever would be appended to this copy cannot be; leave its subtree to a rerun.
             if copy.log.version < SUPPORTED_VERSION:
@@ -519,6 +666,11 @@ class _Walker:
             elif isinstance(item, _Skip):
                 self._tick()
                 self.summary.skipped.append({"id": item.id, "reason": item.reason})
+            elif isinstance(item, _Uncat):
+                self._tick()
+                self.summary.uncatalogable.append(
+                    {"id": item.id, "source": item.id, "reason": item.reason}
+                )
             elif isinstance(item, _Copy):
                 self._tick()
                 self._copy(item, parent, new_facts)
@@ -555,10 +707,9 @@ class _Walker:
         self.created.add(copy_id)
         try:
             self._record_copy(item, copy_id, parent.id, depth)
-            if item.fact_reason is None:
-                plan = fact_from_descriptor(item.descriptor, copy_id, created_at)
-                assert plan.data is not None
-                new_facts.append(plan.data)
+            plan = fact_from_descriptor(item.descriptor, copy_id, created_at)
+            assert plan.data is not None
+            new_facts.append(plan.data)
             self.level(item.level, _Parent(copy_id, copy_dir, lock, depth))
         finally:
             lock.release()
@@ -566,66 +717,35 @@ class _Walker:
     def _record_copy(
         self, item: _Copy, copy_id: str | None, parent_id: str | None, depth: int
     ) -> None:
-        source_id = item.source.id
         self.summary.copied.append(
-            {"source": source_id, "copy": copy_id, "parent": parent_id, "depth": depth}
+            {"source": item.source.id, "copy": copy_id, "parent": parent_id, "depth": depth}
         )
-        if item.fact_reason is not None:
-            self.summary.uncatalogable.append(
-                {"id": copy_id, "source": source_id, "reason": item.fact_reason}
-            )
 
     def _publish(
         self, item: _Copy, parent_id: str, depth: int
     ) -> tuple[str, int, Path, SessionLock]:
-        """Write the copy (semantics §1.5, §4.4.1): S's prefix verbatim, marker, descriptor."""
+        """Write the copy (semantics §1.5, §4.4.1): S's events ``0..K(S)-1`` verbatim, the
+        marker, S's descriptor; it stays locked until its own subtree is done."""
         source = item.source
-        assert source.log is not None
-        header = source.log.header
-        verbatim, tail = source.log.prefix(item.last)
-        marker_time = source.log.event(item.last).time
-        for _ in range(3):
-            copy_id = self.new_id()
-            if self.root.entry(copy_id) is None:
-                break
-        else:
-            raise SessionAlreadyExists(f"could not find an unused id for a copy of {source.id}")
+        assert source.log is not None and source.facts is not None
+        copy_id = seeded.fresh_id(self.root, self.new_id)
         created_at = self.clock()
-        lines = tail + encode_event(
-            "session/end-seed",
-            item.last + 1,
-            created_at if marker_time is None else marker_time,
-            {"inherited": True},
-        )
-        if item.descriptor is not None:
-            lines += encode_event("subagent/descriptor", item.last + 2, created_at, item.descriptor)
-        header_line = encode_header(
+        plan = seeded.plan(
+            source.log,
+            source.facts,
             session_id=copy_id,
             created_at=created_at,
-            cwd=header.cwd,
             parent_session=parent_id,
-            is_seeded=True,
             origin="subagent",
-            delegation_depth=depth,
-            agent_preset=header.agent_preset,
+            depth=depth,
+            inherited=item.inherited,
+            own=[("subagent/descriptor", item.descriptor)],
         )
-        session_dir = writer.ensure_session_dir(
-            self.root.path,
-            project_dir_name(header.cwd),
-            encode_segment(copy_id),
-            deferred=self.unsynced,
-        )
-        published = writer.publish(
-            session_dir, header_line, writer.Body(verbatim, lines), keep_lock=True
+        published = seeded.write(
+            self.root, plan, source.log, keep_lock=True, deferred=self.unsynced
         )
         assert published.lock is not None
-        with contextlib.suppress(DshForkError, OSError):
-            self.root.register(
-                session_dir,
-                parse_header(header_line[:-1], SUPPORTED_VERSION),
-                Generation(published.path, SUPPORTED_VERSION, "zstd"),
-            )
-        return copy_id, created_at, session_dir, published.lock
+        return copy_id, created_at, published.session_dir, published.lock
 
     def _match(self, item: _Match) -> None:
         copy = item.existing
@@ -732,6 +852,67 @@ class _Walker:
 # -- entry points -----------------------------------------------------------------------------
 
 
+def _fork_chain(root: Root, parent_id: str) -> tuple[str, ...]:
+    """The sessions P inherited from, nearest first: P's parent while P is a fork child, and
+    so on up (semantics §1.5 "Fork chains"); a missing ancestor or a cycle ends the chain."""
+    chain: list[str] = []
+    seen = {parent_id}
+    entry = root.entry(parent_id)
+    while entry is not None and entry.header is not None and entry.header.is_fork_child:
+        above = entry.header.parent_session
+        if above is None or above in seen:
+            break
+        chain.append(above)
+        seen.add(above)
+        entry = root.entry(above)
+    return tuple(chain)
+
+
+def _refresh(root: Root) -> None:
+    """Add to the root's listing the sessions published since it was built (by another run).
+
+    Called with the fork child's lock held: every copy a finished run made under it is on
+    disk by then, so the existing copies are listed from disk, never from a listing made
+    before the lock (two runs at once never both copy one child). Only dirs the listing does
+    not know are read, so a ``relink --all`` over many fork children stays cheap.
+    """
+    known = {entry.session_dir for entry in root.entries()}
+    for session_dir in root.candidate_dirs():
+        if session_dir not in known:
+            with contextlib.suppress(DshForkError, OSError):
+                root.register(session_dir)
+
+
+def unreadable_sessions(root: Root, *, fork_children: bool = False) -> list[dict[str, Any]]:
+    """Session dirs whose lineage cannot be read (an unlistable dir, a header that cannot be
+    read at all): any of them may be a child relink should copy, so each is a failed item.
+    With ``fork_children`` also the fork children whose header is refused (relink --all)."""
+    items: list[dict[str, Any]] = []
+    known = {entry.session_dir for entry in root.entries()}
+    for entry in root.unreadable():
+        raw = entry.raw_fields
+        fork_like = raw is not None and raw.get("parentSession") is not None
+        fork_like = fork_like and raw is not None and raw.get("origin") is None
+        if raw is None or (fork_children and fork_like):
+            error = entry.error or CorruptLog(f"{entry.session_dir}: unreadable header")
+            items.append(
+                {
+                    "id": entry.id or entry.session_dir.name,
+                    "code": error.code,
+                    "message": str(error),
+                }
+            )
+    for session_dir in root.candidate_dirs():
+        if session_dir in known:
+            continue
+        try:
+            os.listdir(session_dir)
+        except OSError as exc:
+            error = IoError.of(exc, "list")
+            items.append({"id": session_dir.name, "code": error.code, "message": error.message})
+    return items
+
+
 def _run(
     root: Root,
     level: _Level,
@@ -743,7 +924,7 @@ def _run(
     new_id: IdFactory,
     children: int,
 ) -> None:
-    """Log, walk and log the summary: the part relink and plan_new_fork share."""
+    """Log, walk and log the summary: the part every entry point shares."""
     items = list(level.walk_items())
     total = sum(1 for i in items if not isinstance(i, _Match))
     copies = sum(1 for i in items if isinstance(i, _Copy))
@@ -758,6 +939,16 @@ def _run(
             },
         )
     walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
+    for failure in summary.failed:  # found before the walk (unreadable sessions)
+        walker.log.write(
+            messages.CHILD_FAILED,
+            {
+                "forkChild": summary.fork_child,
+                "childId": failure["id"],
+                "code": failure["code"],
+                "message": failure["message"],
+            },
+        )
     try:
         walker.level(level, top)
     finally:
@@ -770,12 +961,21 @@ def _run(
     log.write(messages.COPIED, summary.to_json())
 
 
+def _plan(
+    root: Root, point: ForkPoint, existing: list[_Opened], own: set[str]
+) -> tuple[ForkPoint, _Level]:
+    """The whole tree's plan under a fork child whose fork point is ``point``."""
+    point = point.with_chain(_fork_chain(root, point.parent_id))
+    planner = _Planner(root)
+    planner.visited.update((point.parent_id, *point.chain))
+    return point, planner.level(point, existing, own)
+
+
 def plan_new_fork(root: Root, point: ForkPoint) -> RelinkSummary:
     """The dry-run plan for a fork child that does not exist yet (no existing copies)."""
     summary = RelinkSummary(None, point.parent_id, dry_run=True)
-    planner = _Planner(root)
-    planner.visited.add(point.parent_id)
-    level = planner.level(point, [], set())
+    summary.failed.extend(unreadable_sessions(root))
+    point, level = _plan(root, point, [], set())
     _run(
         root,
         level,
@@ -784,6 +984,38 @@ def plan_new_fork(root: Root, point: ForkPoint) -> RelinkSummary:
         OpLog(None),
         clock=now_ms,
         new_id=new_session_id,
+        children=len(root.children_of(point.parent_id)),
+    )
+    return summary
+
+
+def relink_new_child(
+    root: Root,
+    child_id: str,
+    child_dir: Path,
+    point: ForkPoint,
+    lock: SessionLock,
+    *,
+    oplog_path: Path | None = None,
+    clock: ClockMs = now_ms,
+    new_id: IdFactory = new_session_id,
+) -> RelinkSummary:
+    """relink of a fork child ``fork`` has just published and still holds the lock of:
+    its fork point is the one fork computed from the source, so the child is not re-read."""
+    summary = RelinkSummary(child_id, point.parent_id, False)
+    log = OpLog(oplog_path, clock=clock, warn=summary.warnings.append)
+    _refresh(root)
+    summary.failed.extend(unreadable_sessions(root))
+    existing = [_open(e) for e in root.children_of(child_id)]
+    point, level = _plan(root, point, existing, set())
+    _run(
+        root,
+        level,
+        summary,
+        _Parent(child_id, child_dir, lock, point.depth),
+        log,
+        clock=clock,
+        new_id=new_id,
         children=len(root.children_of(point.parent_id)),
     )
     return summary
@@ -798,13 +1030,15 @@ def relink(
     oplog_path: Path | None = None,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
+    report_unreadable: bool = True,
 ) -> RelinkSummary:
-    """Copy the subagent tree of C's parent under the fork child C (semantics §4).
+    """Copy the subagent trees of C's fork chain under the fork child C (semantics §4).
 
-    With ``lock`` the caller already holds C's lock (fork keeps it after publishing C);
-    otherwise C's lock is taken for the whole run, or only probed in a dry run. Precondition
-    failures raise their typed error; item failures are reported in the summary (see
-    ``RelinkSummary.partial``).
+    With ``lock`` the caller already holds C's lock; otherwise C's lock is taken for the
+    whole run, or only probed in a dry run. Precondition failures raise their typed error;
+    item failures are reported in the summary (see ``RelinkSummary.partial``).
+    ``report_unreadable`` names the root's unreadable sessions in this summary (relink --all
+    names them once for the whole root instead).
     """
     generation = current_generation(fork_child_dir)
     if generation is None:
@@ -845,6 +1079,9 @@ def relink(
             c_log, c_facts = appended.log, appended.facts
             if appended.repaired_tail:
                 summary.warnings.append(f"repaired a torn tail in {header.id}")
+        _refresh(root)  # under C's lock: what a finished run made is listed now
+        if report_unreadable:
+            summary.failed.extend(unreadable_sessions(root))
         parent_id = c_log.header.parent_session
         assert parent_id is not None
         parent_entry = root.entry(parent_id)
@@ -855,11 +1092,9 @@ def relink(
                 "inherited prefix and createdAt only"
             )
         point = fork_point(c_log, c_facts, parent_id, c_facts.cut - 1, header.delegation_depth)
-        planner = _Planner(root)
-        planner.visited.add(parent_id)
         existing = [_open(e) for e in root.children_of(header.id)]
         own = {e.child_id for e in c_facts.own_catalog() if e.child_id is not None}
-        level = planner.level(point, existing, own)
+        point, level = _plan(root, point, existing, own)
         top = _Parent(header.id, fork_child_dir, lock, header.delegation_depth)
         _run(
             root,
@@ -890,6 +1125,8 @@ def relink_all(
     (locked, below v4, unreadable) is a failed item and does not stop the others."""
     forks = root.fork_children()
     result = RelinkAllResult([], [], len(forks))
+    for item in unreadable_sessions(root, fork_children=True):
+        result.failed.append({**item, "forkChild": None})
     for index, entry in enumerate(forks):
         fork_id = entry.id or entry.session_dir.name
         if progress is not None:
@@ -902,6 +1139,7 @@ def relink_all(
                 oplog_path=oplog_path,
                 clock=clock,
                 new_id=new_id,
+                report_unreadable=False,
             )
         except DshForkError as exc:
             result.failed.append(

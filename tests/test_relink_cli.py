@@ -79,14 +79,13 @@ def test_a_partial_run_exits_10_naming_each_item(root: Path, clock: Clock) -> No
     ]
     assert error["result"]["dryRun"] is True and list(error["result"]) == SUMMARY_KEYS
     assert human.exit_code == 10
-    second_copy = [e.id for e in Root(root).children_of("session-C")][1]
+    assert len(Root(root).children_of("session-C")) == 1  # nothing written for "second"
     assert human.stderr.splitlines() == [
         "Error: 1 of 2 items failed",
-        f"  failed: {second_copy}: no catalog fact can be made: continuable descriptor "
-        "without label",
+        "  failed: second: no catalog fact can be made: continuable descriptor without label",
     ]
-    assert "copied: 2" in human.stdout
-    assert f"uncatalogable: {second_copy}: continuable descriptor without label" in human.stdout
+    assert "copied: 1" in human.stdout
+    assert "uncatalogable: second: continuable descriptor without label" in human.stdout
 
 
 def test_precondition_errors_have_their_codes(root: Path, clock: Clock, hold_lock: Any) -> None:

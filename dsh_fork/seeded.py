@@ -1,0 +1,157 @@
+"""Seeded sessions: the one writer of a session that starts with another session's events.
+
+A fork child (semantics §1.4, §3.1) and a subagent copy (§1.5, §4.4) are the same thing on disk:
+a v4 header, the source's events ``0..inherited-1`` byte for byte, the tagged
+``session/end-seed {"inherited": true}`` at seq ``inherited``, then a few events of its own. The
+rules they share live here, once:
+
+- **marker time**: the time of the last inherited event; when nothing is inherited, or that
+  event has no safe-integer time, the new session's ``createdAt`` (a marker's time is free
+  apart from being a safe integer, format §15, so this never refuses a write);
+- **preset**: the preset in force at the end of the inherited prefix — the last
+  ``agent-preset/selected`` in it, else the source header's (for a copy of a subagent that
+  never selected one this is the source header's, as §4.4.1 states);
+- **ids**: ``session-<uuid4>``, redrawn on a collision with any session dir of the root, up to
+  ``ID_ATTEMPTS`` draws;
+- **publish**: through ``writer.publish`` (temp, fsync, link, dir fsync), then registered in the
+  root's listing so the rest of the run sees it without re-reading the root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import writer
+from .discovery import Root
+from .errors import DshForkError, InternalError
+from .generations import SUPPORTED_VERSION, Generation
+from .ids import IdFactory
+from .layout import encode_segment, project_dir_name
+from .model import Facts
+from .reader import SessionLog
+from .records import encode_event, encode_header, parse_header
+
+MARKER_TYPE = "session/end-seed"
+ID_ATTEMPTS = 5
+
+
+@dataclass
+class SeededPlan:
+    """Everything a seeded session is made of, decided before anything is written."""
+
+    session_id: str
+    created_at: int
+    cwd: str | None
+    parent_session: str
+    origin: str | None
+    depth: int
+    agent_preset: str | None
+    inherited: int
+    """How many source events the session inherits (its cut)."""
+    marker_time: int
+    own: list[tuple[str, Any]] = field(default_factory=list)
+    """Events after the marker, as (type, data); they take ``created_at`` as their time."""
+
+    def header_line(self) -> bytes:
+        return encode_header(
+            session_id=self.session_id,
+            created_at=self.created_at,
+            cwd=self.cwd,
+            parent_session=self.parent_session,
+            is_seeded=True,
+            origin=self.origin,
+            delegation_depth=self.depth,
+            agent_preset=self.agent_preset,
+        )
+
+    def own_lines(self) -> bytes:
+        """The marker and the session's own events, numbered after the inherited ones."""
+        lines = encode_event(MARKER_TYPE, self.inherited, self.marker_time, {"inherited": True})
+        for offset, (event_type, data) in enumerate(self.own, start=1):
+            lines += encode_event(event_type, self.inherited + offset, self.created_at, data)
+        return lines
+
+
+def marker_time(source: SessionLog, inherited: int, created_at: int) -> int:
+    """The marker's time: the last inherited event's, else ``created_at`` (module rule)."""
+    if inherited <= 0:
+        return created_at
+    time = source.event(inherited - 1).time
+    return created_at if time is None else time
+
+
+def preset(facts: Facts, inherited: int) -> str | None:
+    """The preset in force at the end of the inherited prefix (module rule)."""
+    return facts.preset_at(inherited - 1)
+
+
+def fresh_id(root: Root, new_id: IdFactory) -> str:
+    """``session-<uuid4>`` not used by any session dir of the root (format §2.7)."""
+    for _ in range(ID_ATTEMPTS):
+        candidate = new_id()
+        if not root.exists(candidate):
+            return candidate
+    raise InternalError(f"{ID_ATTEMPTS} fresh session ids in a row already exist")
+
+
+def plan(
+    source: SessionLog,
+    facts: Facts,
+    *,
+    session_id: str,
+    created_at: int,
+    parent_session: str,
+    origin: str | None,
+    depth: int,
+    inherited: int,
+    own: list[tuple[str, Any]] | None = None,
+) -> SeededPlan:
+    """A seeded session inheriting ``source``'s events ``0..inherited-1``."""
+    return SeededPlan(
+        session_id=session_id,
+        created_at=created_at,
+        cwd=source.header.cwd,
+        parent_session=parent_session,
+        origin=origin,
+        depth=depth,
+        agent_preset=preset(facts, inherited),
+        inherited=inherited,
+        marker_time=marker_time(source, inherited, created_at),
+        own=list(own or ()),
+    )
+
+
+def write(
+    root: Root,
+    seeded: SeededPlan,
+    source: SessionLog,
+    *,
+    keep_lock: bool,
+    deferred: set[Path] | None = None,
+) -> writer.Published:
+    """Publish the session in ``projectKey(cwd)`` and register it in the root's listing.
+
+    Whole compressed frames of the prefix are copied verbatim; only the frame holding the last
+    inherited event is re-framed (``SessionLog.prefix_run``). With ``deferred`` the new dirs'
+    parents are fsynced by the caller (``writer.sync_dirs``) before anything refers to them.
+    """
+    run, _, cut_lines = source.prefix_run(seeded.inherited - 1)
+    body = writer.Body(frames=[run] if run else [], tail=cut_lines + seeded.own_lines())
+    header_line = seeded.header_line()
+    session_dir = writer.ensure_session_dir(
+        root.path,
+        project_dir_name(seeded.cwd),
+        encode_segment(seeded.session_id),
+        deferred=deferred,
+    )
+    published = writer.publish(session_dir, header_line, body, keep_lock=keep_lock)
+    with contextlib.suppress(DshForkError, OSError):
+        root.register(
+            session_dir,
+            parse_header(header_line[:-1], SUPPORTED_VERSION),
+            Generation(published.path, SUPPORTED_VERSION, "zstd"),
+        )
+    return published
