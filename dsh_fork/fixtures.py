@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,87 @@ class SessionSpec:
             "turn/end", clock(), {"turn": number, "reason": reason or {"kind": "completed"}}
         )
 
+    def tool_turn(
+        self,
+        clock: Clock,
+        text: str,
+        tool: str,
+        subjects: list[str],
+        *,
+        on_call: Callable[[int], object] | None = None,
+        provider: str = "fixture",
+        model: str = "fixture-1",
+    ) -> int:
+        """A completed turn whose first step calls ``tool`` once per subject (an assistant
+        message advertising the calls, each ``tool/call``, then its ``tool/result``) and whose
+        second step answers in text. ``on_call(k)`` runs right after the k-th ``tool/call``:
+        where a spawned subagent lives and the parent's catalog fact goes (DSH's order)."""
+        self.turns += 1
+        number = self.turns
+        self.add("turn/start", clock(), {"turn": number})
+        self.user_message(clock, text)
+        config = {"provider": provider, "model": model}
+        reason = "initial" if number == 1 else "series"
+        self.add("request/header", clock(), {"header": {"config": config}, "reason": reason})
+        calls: list[tuple[str, str]] = []
+        for k, subject in enumerate(subjects):
+            args: dict[str, Any] = {"command": subject}
+            if tool == "agent":
+                args = {"task": text, "label": subject, "index": k}
+            calls.append((f"call_{number:04d}_{k:04d}", orjson.dumps(args).decode()))
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": f"calling {tool}"}]
+        blocks += [
+            {"type": "tool-call", "id": call_id, "name": tool, "arguments": arguments}
+            for call_id, arguments in calls
+        ]
+        self.add("step/start", clock(), {"turn": number, "step": 1})
+        self.assistant_message(clock, number, 1, blocks, provider=provider, model=model)
+        for k, (call_id, arguments) in enumerate(calls):
+            step = {"turn": number, "step": 1}
+            call = {**step, "callId": call_id, "name": tool, "arguments": arguments}
+            self.add("tool/call", clock(), call)
+            if on_call is not None:
+                on_call(k)
+            result = {
+                "id": str(uuid.UUID(int=len(self.lines) + 1)),
+                "role": "tool",
+                "toolCallId": call_id,
+                "source": {"kind": "tool", "callId": call_id},
+                "content": [{"type": "text", "text": f"{tool} {subjects[k]}: done"}],
+            }
+            self.add("tool/result", clock(), {**step, "message": result}, surfaceOp="append")
+        self.add("step/end", clock(), {"turn": number, "step": 1})
+        self.add("step/start", clock(), {"turn": number, "step": 2})
+        answer = [{"type": "text", "text": text}]
+        self.assistant_message(clock, number, 2, answer, provider=provider, model=model)
+        self.add("step/end", clock(), {"turn": number, "step": 2})
+        return self.add("turn/end", clock(), {"turn": number, "reason": {"kind": "completed"}})
+
+    def assistant_message(
+        self,
+        clock: Clock,
+        turn: int,
+        step: int,
+        content: list[dict[str, Any]],
+        *,
+        provider: str = "fixture",
+        model: str = "fixture-1",
+    ) -> int:
+        message = {
+            "id": str(uuid.UUID(int=len(self.lines) + 1)),
+            "role": "assistant",
+            "source": {"kind": "model", "provider": provider, "model": model},
+            "content": content,
+        }
+        data = {
+            "turn": turn,
+            "step": step,
+            "message": message,
+            "stream": [],
+            "usage": {"inputTokens": 100 + len(self.lines), "outputTokens": 10},
+        }
+        return self.add("assistant/message", clock(), data, surfaceOp="append")
+
     def open_turn(self, clock: Clock, text: str = "unfinished") -> int:
         """A turn left open (crashed mid-turn): ``turn/start`` and a user message only."""
         self.turns += 1
@@ -263,14 +345,116 @@ def write_spec_as(spec: SessionSpec, root: Path, version: int, *, encoding: str 
 
 @dataclass
 class FixtureSummary:
+    """What ``generate`` wrote; ``to_json`` is the ``fixture --json`` document."""
+
     root: Path
     sessions: int
     per_depth: dict[int, int]
     top_level: list[str]
+    forks: list[str] = field(default_factory=list)
+    legacy_forks: list[str] = field(default_factory=list)
+    old_generation: list[str] = field(default_factory=list)
+    open_turns: list[str] = field(default_factory=list)
+    torn_tails: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "sessions": self.sessions,
+            "perDepth": {str(d): n for d, n in sorted(self.per_depth.items())},
+            "topLevel": self.top_level,
+            "forks": self.forks,
+            "legacyForks": self.legacy_forks,
+            "oldGeneration": self.old_generation,
+            "openTurns": self.open_turns,
+            "tornTails": self.torn_tails,
+        }
 
 
 def _text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choices(_WORDS, k=words))
+
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: sessions written so far, of how many."""
+
+
+@dataclass
+class _Tree:
+    """The state one ``generate`` run shares while it builds its session trees."""
+
+    ids: Ids
+    rng: random.Random
+    clock: Clock
+    agents: int
+    depth: int
+    turns: int
+    words: int
+    tools: bool
+    open_turns: bool
+    specs: list[SessionSpec] = field(default_factory=list)
+    per_depth: dict[int, int] = field(default_factory=dict)
+    children: dict[str, list[SessionSpec]] = field(default_factory=dict)
+    opened: list[str] = field(default_factory=list)
+
+    def build(
+        self, spec: SessionSpec, level: int, path: str, *, catalog: bool = True, last: bool = False
+    ) -> None:
+        """One session and, inside the turn that spawns them, its subagents (recursively).
+
+        As DSH writes it: the agent ``tool/call``, the child's whole life, then the parent's
+        ``subagent/catalog`` fact and the ``tool/result``, in the spawning step. The spawning
+        turn is turn 2 (turn 1 with fewer turns), so turn 1's ``turn/end`` is a fork boundary
+        before any child. ``catalog=False`` writes no facts (a v3 log has none).
+        """
+        self.per_depth[level] = self.per_depth.get(level, 0) + 1
+        self.specs.append(spec)
+        if level > 0:
+            spec.descriptor(self.clock, f"agent {path}")
+            spec.flush()
+        spawns = self.agents if level < self.depth else 0
+        spawn_turn = min(2, self.turns)
+        kids: list[SessionSpec] = []
+
+        def spawn(k: int) -> SessionSpec:
+            child_path = f"{path}.{k + 1}" if path else str(k + 1)
+            child = SessionSpec(
+                id=self.ids(),
+                created_at=self.clock(),
+                cwd=spec.cwd,
+                parent=spec.id,
+                origin="subagent",
+                depth=level + 1,
+            )
+            self.build(child, level + 1, child_path, catalog=catalog, last=k == spawns - 1)
+            if catalog:
+                spec.catalog(self.clock, child, label=f"agent {child_path}")
+            kids.append(child)
+            return child
+
+        if spawns and spawn_turn == 0:  # no turns at all: the facts stand on their own
+            for k in range(spawns):
+                spawn(k)
+            spec.flush()
+        for number in range(1, self.turns + 1):
+            text = _text(self.rng, self.words)
+            if spawns and number == spawn_turn:
+                prefix = f"agent {path}." if path else "agent "
+                labels = [f"{prefix}{k + 1}" for k in range(spawns)]
+                spec.tool_turn(self.clock, text, "agent", labels, on_call=spawn)
+            elif self.tools:
+                spec.tool_turn(self.clock, text, "bash", [_text(self.rng, 3)])
+            else:
+                spec.turn(self.clock, text)
+            spec.flush()
+            if number == 1 and level == 0:
+                spec.title(self.clock, _text(self.rng, 3))
+                spec.flush()
+        self.children[spec.id] = kids
+        if self.open_turns and level > 0 and last:  # crashed mid-turn, after completed ones
+            spec.open_turn(self.clock, _text(self.rng, 4))
+            spec.flush()
+            self.opened.append(spec.id)
 
 
 def generate(
@@ -283,59 +467,177 @@ def generate(
     seed: int = 0,
     words: int = 12,
     frame_target: int = 1,
+    tools: bool = False,
+    forks: int = 0,
+    fork_depth: int = 1,
+    relinked: bool = False,
+    legacy: bool = False,
+    open_turns: bool = False,
+    torn_tails: bool = False,
+    old_generation: int = 0,
+    progress: Progress | None = None,
 ) -> FixtureSummary:
-    """Write a deterministic v4 root; OUT_ROOT must not exist or be empty (semantics §8)."""
+    """Write a deterministic root; OUT_ROOT must not exist or be empty (semantics §8).
+
+    Beyond the plain trees: ``tools`` gives every turn an assistant step with a tool call;
+    ``forks`` fork children of each top-level session, each forked again down a chain of
+    ``fork_depth`` (through the library's own ``fork``, with the subagents copied when
+    ``relinked``); ``legacy`` one fork child per top-level session holding copies an older
+    tool made (no catalog facts, the last copy without its own descriptor); ``open_turns``
+    leaves the last subagent of each parent inside an open turn; ``torn_tails`` tears the log
+    tail of each top-level tree's last leaf; ``old_generation`` adds top-level trees stored as
+    v3 files (no catalog facts).
+    """
     if out_root.exists() and (not out_root.is_dir() or any(out_root.iterdir())):
         raise UsageError(f"{out_root} exists and is not an empty directory", path=str(out_root))
-    if min(sessions, agents, depth, turns) < 0:
-        raise UsageError("fixture counts must not be negative")
-    ids = Ids(seed)
-    rng = random.Random(seed)
-    clock = Clock()
-    per_depth: dict[int, int] = {}
+    if min(sessions, agents, depth, turns, forks, old_generation) < 0 or fork_depth < 1:
+        raise UsageError("fixture counts must not be negative (and a fork chain is ≥ 1 long)")
+    tree = _Tree(
+        Ids(seed), random.Random(seed), Clock(), agents, depth, turns, words, tools, open_turns
+    )
     top_level: list[str] = []
-    specs: list[SessionSpec] = []
-
-    def build(spec: SessionSpec, level: int, path: str) -> None:
-        per_depth[level] = per_depth.get(level, 0) + 1
-        specs.append(spec)
-        if level > 0:
-            spec.descriptor(clock, f"agent {path}")
-            spec.flush()
-        children: list[tuple[SessionSpec, str]] = []
-        # Children are catalogued after turn 1, or at once in a session without turns, so
-        # every session above depth D has its M children whatever T is (semantics §8.1).
-        for number in range(max(turns, 1)):
-            if number < turns:
-                spec.turn(clock, _text(rng, words))
-                spec.flush()
-            if number == 0 and level < depth:
-                for k in range(agents):
-                    child_path = f"{path}.{k + 1}" if path else str(k + 1)
-                    child = SessionSpec(
-                        id=ids(),
-                        created_at=clock(),
-                        cwd=spec.cwd,
-                        parent=spec.id,
-                        origin="subagent",
-                        depth=level + 1,
-                    )
-                    spec.catalog(clock, child, label=f"agent {child_path}")
-                    children.append((child, child_path))
-                spec.flush()
-            if number == 0 and level == 0:
-                spec.title(clock, _text(rng, 3))
-                spec.flush()
-        for child, child_path in children:
-            build(child, level + 1, child_path)
-
+    legacy_specs: list[SessionSpec] = []
     for i in range(sessions):
-        spec = SessionSpec(id=ids(), created_at=clock(), cwd=f"/fixture/project-{i}")
+        spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=f"/fixture/project-{i}")
         top_level.append(spec.id)
-        build(spec, 0, "")
-    for spec in specs:
-        spec.publish(out_root, frame_target=frame_target)
-    return FixtureSummary(out_root, len(specs), per_depth, top_level)
+        tree.build(spec, 0, "")
+        if legacy and tree.children[spec.id]:
+            legacy_specs += _legacy_fork(spec, tree.children[spec.id], tree.ids, tree.clock)
+    v4_specs = list(tree.specs)
+    old: list[str] = []
+    old_tree = _Tree(tree.ids, tree.rng, tree.clock, agents, depth, turns, words, False, False)
+    for i in range(old_generation):
+        spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=f"/fixture/old-{i}")
+        old.append(spec.id)
+        old_tree.build(spec, 0, "", catalog=False)
+    for level, count in old_tree.per_depth.items():
+        tree.per_depth[level] = tree.per_depth.get(level, 0) + count
+    everything = v4_specs + legacy_specs + old_tree.specs
+    for done, spec in enumerate(everything, start=1):
+        if spec in old_tree.specs:
+            write_spec_as(spec, out_root, 3)
+        else:
+            spec.publish(out_root, frame_target=frame_target)
+        if progress is not None:
+            progress(done, len(everything))
+    written = len(everything)
+    fork_ids: list[str] = []
+    if forks:
+        fork_ids = _forks(out_root, top_level, forks, fork_depth, relinked, tree.ids, tree.clock)
+    torn: list[str] = []
+    if torn_tails:
+        torn = _tear(out_root, top_level, tree)
+    total = sum(1 for _ in out_root.glob("*/*"))
+    if progress is not None and total != written:
+        progress(total, total)
+    return FixtureSummary(
+        out_root,
+        total,
+        tree.per_depth,
+        top_level,
+        forks=fork_ids,
+        legacy_forks=[s.id for s in legacy_specs if s.origin is None],
+        old_generation=old,
+        open_turns=tree.opened,
+        torn_tails=torn,
+    )
+
+
+def _legacy_fork(
+    top: SessionSpec, kids: list[SessionSpec], ids: Ids, clock: Clock
+) -> list[SessionSpec]:
+    """A fork child of ``top`` at its last event, with the copies an older tool made of its
+    direct children: their events through their last ``turn/end``, the marker, their
+    descriptor again (not the last copy), and no catalog fact in the fork child."""
+    fork = SessionSpec(
+        id=ids(), created_at=clock(), cwd=top.cwd, parent=top.id, depth=0, is_seeded=True
+    )
+    fork.lines = list(top.lines)
+    fork.end_seed(_time(top.lines[-1]))
+    fork.flush()
+    out = [fork]
+    for index, kid in enumerate(kids):
+        ends = [i for i, line in enumerate(kid.lines) if b'"type":"turn/end"' in line]
+        if not ends:
+            continue
+        copy = SessionSpec(
+            id=ids(),
+            created_at=clock(),
+            cwd=kid.cwd,
+            parent=fork.id,
+            origin="subagent",
+            depth=1,
+            is_seeded=True,
+        )
+        copy.lines = list(kid.lines[: ends[-1] + 1])
+        copy.end_seed(_time(copy.lines[-1]))
+        if index < len(kids) - 1:
+            copy.add("subagent/descriptor", copy.created_at, orjson.loads(kid.lines[0])["data"])
+        copy.flush()
+        out.append(copy)
+    return out
+
+
+def _time(line: bytes) -> int:
+    value: int = orjson.loads(line)["time"]
+    return value
+
+
+def _forks(
+    root: Path,
+    top_level: list[str],
+    count: int,
+    chain: int,
+    relinked: bool,
+    ids: Ids,
+    clock: Clock,
+) -> list[str]:
+    """Fork children through the library's ``fork`` (deterministic clock and ids, no
+    operation log): ``count`` per top-level session, each the head of a chain of ``chain``
+    forks of forks."""
+    from .discovery import Root, locate
+    from .fork import fork
+
+    made: list[str] = []
+    for top in top_level:
+        for _ in range(count):
+            source = top
+            for _ in range(chain):
+                child_id = ids()
+                located = locate(source, str(root), {})
+                fork(
+                    Root(root),
+                    located,
+                    at=None,
+                    child_id=child_id,
+                    agents=relinked,
+                    dry_run=False,
+                    clock=clock,
+                    new_id=ids,
+                )
+                made.append(child_id)
+                source = child_id
+    return made
+
+
+def _tear(root: Path, top_level: list[str], tree: _Tree) -> list[str]:
+    """Append half a frame to the log of each top-level tree's last leaf (its last
+    descendant; the top itself without subagents): a torn tail DSH would truncate."""
+    torn: list[str] = []
+    for top in top_level:
+        session = top
+        while tree.children.get(session):
+            session = tree.children[session][-1].id
+        spec = next(s for s in tree.specs if s.id == session)
+        session_dir = root / project_dir_name(spec.cwd) / encode_segment(spec.id)
+        title = {"title": "torn", "messageSeqs": [], "source": {"kind": "user"}}
+        line = _line("session/title", spec.seq, tree.clock(), title, {})
+        path = session_dir / canonical_name(4, "zstd")
+        frame = zframes.encode(line)
+        with open(path, "ab") as handle:
+            handle.write(frame[: len(frame) // 2])
+        torn.append(session)
+    return torn
 
 
 def tree_sizes(out_root: Path) -> int:

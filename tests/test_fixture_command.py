@@ -20,7 +20,7 @@ from dsh_fork.reader import open_log
 
 EXAMPLE_HOME = Path(__file__).resolve().parent.parent / "fixtures" / "example-home" / "sessions"
 # What ``make fixtures`` runs (Makefile), as arguments of ``generate``.
-EXAMPLE_ARGS = {"sessions": 2, "agents": 2, "depth": 2, "turns": 2, "seed": 7}
+EXAMPLE_ARGS: dict[str, Any] = {"sessions": 2, "agents": 2, "depth": 2, "turns": 2, "seed": 7}
 
 
 def frame_lines(path: Path) -> list[list[bytes]]:
@@ -94,16 +94,21 @@ def check_session(root: Root, entry: Any, *, turns: int, agents: int, max_depth:
     log = open_log(entry.generation, collect=MODEL_TYPES)
     facts = facts_of(log)
     events = log_events(path)
-    types = [e["type"] for e in events]
+    [e["type"] for e in events]
     assert len(facts.turn_ends) == turns and facts.open_turn is None
     assert all(
         e["data"]["reason"] == {"kind": "completed"} for e in events if e["type"] == "turn/end"
     )
     reasons = [e["data"]["reason"] for e in events if e["type"] == "request/header"]
     assert reasons == ["initial"] + ["series"] * (turns - 1)
-    assert "assistant/message" not in types
+    spawning = header.delegation_depth < max_depth and agents > 0
+    # Assistant steps only in the turn that spawns the subagents (turn 2, as DSH writes it).
+    assistant_turns = {e["data"]["turn"] for e in events if e["type"] == "assistant/message"}
+    assert assistant_turns == ({min(2, turns)} if spawning else set())
     assert all(e.get("surfaceOp") == "append" for e in events if e["type"] == "user/message")
-    assert all(e["data"]["source"] == {"kind": "user"} for e in events if "message" in e["type"])
+    assert all(
+        e["data"]["source"] == {"kind": "user"} for e in events if e["type"] == "user/message"
+    )
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert all(e["time"] >= FIXTURE_EPOCH_MS for e in events)
     titles = [e for e in events if e["type"] == "session/title"]
@@ -132,9 +137,16 @@ def check_session(root: Root, entry: Any, *, turns: int, agents: int, max_depth:
         assert len(children) == agents
         catalog = facts.own_catalog()
         assert [c.child_id for c in catalog] == [c.id for c in children]
-        first_end = facts.turn_ends[0]
+        spawn_start = next(seq for seq, is_end, n in facts.turn_marks if n == min(2, turns))
+        spawn_end = facts.turn_ends[min(2, turns) - 1]
         for fact, child in zip(catalog, children, strict=True):
-            assert fact.seq > first_end
+            # Inside the spawning turn, right after the agent call, before its result.
+            assert spawn_start < fact.seq < spawn_end
+            call, result = events[fact.seq - 1], events[fact.seq + 1]
+            assert (call["type"], call["data"]["name"]) == ("tool/call", "agent")
+            assert result["type"] == "tool/result"
+            assert result["data"]["message"]["toolCallId"] == call["data"]["callId"]
+            assert child.created_at < events[fact.seq]["time"]
             assert fact.data["version"] == 0
             assert fact.data["childCreatedAt"] == child.created_at
             preceding = log.event(fact.seq - 1).time
@@ -147,8 +159,8 @@ def check_session(root: Root, entry: Any, *, turns: int, agents: int, max_depth:
     scan = zframes.scan(data)
     assert all(f.checksum for f in scan.frames)
     assert len(scan.frames) == 1 + turns + (1 if header.delegation_depth else 0) + (
-        1 if header.delegation_depth < max_depth else 0
-    ) + (1 if header.delegation_depth == 0 else 0)
+        1 if header.delegation_depth == 0 else 0
+    )
 
 
 def child_descriptor_label(child: Any) -> str:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from .base import Out, app, run
+from .base import JSON_HELP, Out, app, run
+
+PROGRESS_EVERY = 1000
+"""A progress line on stderr after every this many sessions (large roots only)."""
+
+
+def _progress(done: int, total: int) -> None:
+    if total >= PROGRESS_EVERY and (done % PROGRESS_EVERY == 0 or done == total):
+        sys.stderr.write(f"fixture: {done} of {total} sessions written\n")
+        sys.stderr.flush()
 
 
 @app.command()
@@ -17,21 +27,70 @@ def fixture(
     depth: int = typer.Option(1, "--depth", min=0, help="Depth of the subagent trees."),
     turns: int = typer.Option(2, "--turns", min=0, help="Completed turns per session."),
     seed: int = typer.Option(0, "--seed", help="Seed for ids and text."),
+    tools: bool = typer.Option(
+        False, "--tools", help="An assistant step with a tool call in every turn."
+    ),
+    forks: int = typer.Option(0, "--forks", min=0, help="Fork children per top-level session."),
+    fork_depth: int = typer.Option(
+        1, "--fork-depth", min=1, help="Each fork forked again, down a chain this long."
+    ),
+    relinked: bool = typer.Option(
+        False, "--relinked", help="Copy the subagents into the forks (fork without --no-agents)."
+    ),
+    legacy: bool = typer.Option(
+        False, "--legacy", help="A fork per top-level session holding an older tool's copies."
+    ),
+    open_turns: bool = typer.Option(
+        False, "--open-turns", help="The last subagent of each parent ends inside an open turn."
+    ),
+    torn_tails: bool = typer.Option(
+        False, "--torn-tails", help="Tear the log tail of each tree's last leaf."
+    ),
+    old_generation: int = typer.Option(
+        0, "--old-generation", min=0, help="Extra top-level trees stored as v3 files."
+    ),
+    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Write a deterministic, valid v4 sessions root for tests and demos.
+    """Write a deterministic, valid sessions root for tests and demos.
 
-    Example: dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2
+    Example: dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2 --forks 1
     """
     from ..fixtures import generate
 
-    out = Out(json_mode=False)
+    out = Out(json_mode=json_mode)
     summary = run(
         out,
         lambda: generate(
-            out_root, sessions=sessions, agents=agents, depth=depth, turns=turns, seed=seed
+            out_root,
+            sessions=sessions,
+            agents=agents,
+            depth=depth,
+            turns=turns,
+            seed=seed,
+            tools=tools,
+            forks=forks,
+            fork_depth=fork_depth,
+            relinked=relinked,
+            legacy=legacy,
+            open_turns=open_turns,
+            torn_tails=torn_tails,
+            old_generation=old_generation,
+            progress=_progress,
         ),
     )
+    if json_mode:
+        out.json(summary.to_json())
+        return
     per_depth = ", ".join(f"depth {d}: {n}" for d, n in sorted(summary.per_depth.items()))
     out.line(f"wrote {summary.sessions} sessions to {summary.root} ({per_depth})")
     for session_id in summary.top_level:
         out.line(f"top-level session {session_id}")
+    for label, ids in (
+        ("fork child", summary.forks),
+        ("legacy fork child", summary.legacy_forks),
+        ("v3 session", summary.old_generation),
+        ("open turn in", summary.open_turns),
+        ("torn tail in", summary.torn_tails),
+    ):
+        for session_id in ids:
+            out.line(f"{label} {session_id}")
