@@ -285,3 +285,77 @@ def without_ids(data: dict[str, Any], summary: RelinkSummary) -> dict[str, Any]:
         for u in data["uncatalogable"]
     ]
     return out
+
+
+# -- whole subagent trees -------------------------------------------------------------------
+
+Node = tuple[str, int, tuple[Any, ...]]
+"""(label, depth, children): one subagent and its subtree, as the panel would show it."""
+
+
+def _label(entry: Any) -> str:
+    from dsh_fork.model import MODEL_TYPES, facts_of
+    from dsh_fork.reader import open_log
+
+    facts = facts_of(open_log(entry.generation, collect=MODEL_TYPES))
+    descriptor = facts.descriptor()
+    assert descriptor is not None and not descriptor.inherited_only, entry.id
+    label: str = descriptor.data["label"]
+    return label
+
+
+def subagent_tree(root: Path, session_id: str) -> tuple[Node, ...]:
+    """The whole subagent tree under a session as it is on disk, checked on the way down:
+    every child's header names its parent, says ``origin: subagent`` and the parent's depth
+    + 1; every parent catalogues each of its children exactly once in its own range, with the
+    child's label, and catalogues nothing else; every child has its own descriptor."""
+    located = Root(root)
+    entry = located.entry(session_id)
+    assert entry is not None and entry.header is not None, session_id
+    return _subtree(located, session_id, entry.header.delegation_depth)
+
+
+def _subtree(root: Root, session_id: str, depth: int) -> tuple[Node, ...]:
+    kids = root.children_of(session_id)
+    facts = own_catalog(root.find(session_id) / CURRENT_NAME)
+    listed = [fact["childId"] for fact in facts]
+    assert len(listed) == len(set(listed)), f"{session_id} catalogues a child twice: {listed}"
+    assert sorted(listed) == sorted(k.id or "" for k in kids), (session_id, listed)
+    labels = {fact["childId"]: fact.get("label") for fact in facts}
+    nodes: list[Node] = []
+    for kid in kids:
+        header = kid.header
+        assert header is not None and kid.id is not None
+        assert (header.origin, header.parent_session) == ("subagent", session_id), kid.id
+        assert header.delegation_depth == depth + 1, kid.id
+        label = _label(kid)
+        assert labels[kid.id] == label, kid.id
+        nodes.append((label, depth + 1, _subtree(root, kid.id, depth + 1)))
+    return tuple(sorted(nodes))
+
+
+def tree_size(nodes: tuple[Node, ...]) -> int:
+    return sum(1 + tree_size(children) for _, _, children in nodes)
+
+
+def top_of(root: Path, session_id: str) -> str:
+    """The session a fork child (or a fork of one) descends from: up its fork chain."""
+    located = Root(root)
+    current = session_id
+    while True:
+        entry = located.entry(current)
+        assert entry is not None and entry.header is not None
+        if not entry.header.is_fork_child or entry.header.parent_session is None:
+            return current
+        current = entry.header.parent_session
+
+
+def assert_every_fork_complete(root: Path) -> None:
+    """Every fork child of the root holds exactly its top session's subagent tree, and the
+    root passes the v4 checklist with no lock held."""
+    forks = [e.id or "" for e in Root(root).fork_children()]
+    assert forks
+    for fork_id in forks:
+        want = subagent_tree(root, top_of(root, fork_id))
+        assert subagent_tree(root, fork_id) == want, fork_id
+    assert_clean(root)
