@@ -313,3 +313,63 @@ def test_a_foreign_dsh_home_forks_with_the_subagents_its_facts_name(samples_root
     assert summary["unrelated"] == expected["unrelated"]
     assert log_header(result.path or Path())["agentPreset"] == "code"
     assert all_errors(samples_root) == []
+
+
+def test_fork_hands_relink_its_fork_point_and_never_re_reads_the_child(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child just written is opened once, by the append of its catalog facts under its
+    lock, and not at all when there is nothing to append."""
+    from dsh_fork import reader, relink, writer
+
+    opened: list[Path] = []
+    real = reader.open_log
+
+    def spy(generation: Any, **options: Any) -> Any:
+        opened.append(generation.path)
+        return real(generation, **options)
+
+    for module in (relink, writer):
+        monkeypatch.setattr(module, "open_log", spy)
+    with_agents = generate(root / "a", sessions=1, agents=2, depth=1, turns=2, seed=1)
+    without = generate(root / "b", sessions=1, agents=0, depth=0, turns=2, seed=2)
+
+    first = lib_fork(root / "a", with_agents.top_level[0], child_id="with")
+    second = lib_fork(root / "b", without.top_level[0], child_id="without")
+
+    assert first.agents is not None and len(first.agents.copied) == 2
+    assert second.agents is not None and second.agents.copied == []
+    assert first.path is not None and opened.count(first.path) == 1
+    assert second.path not in opened
+
+
+def test_the_seeded_writer_rules_are_the_same_for_a_fork_child_and_a_copy(root: Path) -> None:
+    """One writer: the marker takes the last inherited event's time, the preset is the one in
+    force at the end of the prefix, and the header keys come in one order."""
+    clock = Clock()
+    parent = SessionSpec(id=PARENT, created_at=clock(), cwd=CWD, agent_preset="plan")
+    parent.add("agent-preset/selected", clock(), {"agentPreset": "code"})
+    parent.turn(clock)
+    kid = SessionSpec(
+        id="session-kid", created_at=clock(), cwd=CWD, parent=PARENT, origin="subagent", depth=1
+    )
+    kid.descriptor(clock, "helper")
+    kid.add("agent-preset/selected", clock(), {"agentPreset": "review"})
+    kid.turn(clock)
+    parent.catalog(clock, kid, label="helper")
+    parent.turn(clock)
+    parent.publish(root)
+    kid.publish(root)
+
+    result = lib_fork(root, PARENT)
+
+    assert result.agents is not None
+    [copy_id] = [item["copy"] for item in result.agents.copied]
+    for session_id, source, preset in (("child", parent, "code"), (copy_id, kid, "review")):
+        path = Root(root).find(session_id) / CURRENT_NAME
+        header = log_header(path)
+        assert header["agentPreset"] == preset
+        events = log_events(path)
+        marker = events[source.seq]
+        assert marker["type"] == "session/end-seed"
+        assert marker["time"] == orjson.loads(source.lines[-1])["time"]

@@ -271,3 +271,19 @@ def test_a_killed_relink_all_process_is_finished_by_a_rerun(tmp_path: Path, frac
     assert_every_fork_complete(root)
     assert_settled(root)
     assert_clean(root)
+
+
+def test_relink_all_names_a_fork_child_it_cannot_read(root: Path) -> None:
+    summary = generated(root, forks=2)
+    broken, fine = summary.forks
+    broken_dir = Root(root).find(broken)
+    log = broken_dir / "session.v4.jsonl.zstd"
+    log.write_bytes(b"not a zstd frame at all")
+
+    result = relink_all(Root(root))
+
+    assert [s.fork_child for s in result.results] == [fine]
+    assert subagent_tree(root, fine) == subagent_tree(root, summary.top_level[0])
+    assert [(f["id"], f["code"]) for f in result.failed] == [(broken_dir.name, "CORRUPT_LOG")]
+    partial = result.partial()
+    assert partial is not None and partial.exit_code == 10
