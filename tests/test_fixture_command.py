@@ -13,9 +13,9 @@ from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
 from dsh_fork.errors import UsageError
 from dsh_fork.fixtures import FIXTURE_EPOCH_MS, generate
-from dsh_fork.generations import CURRENT_NAME, LOCK_NAME
+from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, Generation
 from dsh_fork.layout import encode_segment, project_key
-from dsh_fork.model import MODEL_TYPES, facts_of
+from dsh_fork.model import MODEL_TYPES, CatalogEntry, facts_of
 from dsh_fork.reader import open_log
 
 EXAMPLE_HOME = Path(__file__).resolve().parent.parent / "fixtures" / "example-home" / "sessions"
@@ -246,3 +246,107 @@ def test_the_example_home_is_a_valid_tree(tmp_path: Path) -> None:
     assert some is not None
     assert log_header(some.path)["version"] == 4
     assert log_lines(some.path)[0].startswith(b'{"type":"session","version":4,')
+
+
+# -- the options for real-world roots --------------------------------------------------------
+
+EVERYTHING: dict[str, Any] = {
+    "sessions": 2,
+    "agents": 2,
+    "depth": 2,
+    "turns": 2,
+    "seed": 9,
+    "tools": True,
+    "forks": 1,
+    "fork_depth": 2,
+    "relinked": True,
+    "legacy": True,
+    "open_turns": True,
+    "old_generation": 1,
+}
+
+
+def test_every_option_writes_what_it_says_and_the_root_stays_valid(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = generate(out, **EVERYTHING, torn_tails=True)
+    root = Root(out)
+    by_id = {e.id: e for e in root.entries()}
+
+    def gen(session_id: str | None) -> Generation:
+        generation = by_id[session_id].generation
+        assert generation is not None
+        return generation
+
+    # forks: one chain of two per top-level session, each holding the whole tree
+    assert len(summary.forks) == 2 * 2
+    for fork_id in summary.forks:
+        header = by_id[fork_id].header
+        assert header is not None and header.is_fork_child
+        assert len(root.children_of(fork_id)) == 2
+    # legacy: uncatalogued copies, the last one without its own descriptor
+    assert len(summary.legacy_forks) == 2
+    for legacy in summary.legacy_forks:
+        copies = root.children_of(legacy)
+        assert len(copies) == 2 and own_range_catalog(gen(legacy)) == []
+        assert [own_descriptors(gen(c.id)) for c in copies] == [1, 0]
+    # old generation: a v3 tree, no catalog facts
+    [old] = summary.old_generation
+    assert gen(old).name == "session.v3.jsonl.zstd"
+    assert len(root.children_of(old)) == 2
+    # open turns and torn tails
+    assert summary.open_turns and summary.torn_tails
+    for session_id in summary.open_turns:
+        assert facts_of(open_log(gen(session_id), collect=MODEL_TYPES)).open_turn is not None
+    for session_id in summary.torn_tails:
+        assert open_log(gen(session_id)).torn is not None
+    # tools: every turn of a top-level session has an assistant step and a tool call
+    for top in summary.top_level:
+        events = log_events(gen(top).path)
+        turns = {e["data"]["turn"] for e in events if e["type"] == "turn/start"}
+        calls = {e["data"]["turn"] for e in events if e["type"] == "tool/call"}
+        assert turns == calls == {1, 2}
+    doctor = run_cli("doctor", "--root", out, "--json")
+    assert doctor.json()["counts"]["error"] == 0, doctor.stdout
+
+
+def own_range_catalog(generation: Generation) -> list[CatalogEntry]:
+    return facts_of(open_log(generation, collect=MODEL_TYPES)).own_catalog()
+
+
+def own_descriptors(generation: Generation) -> int:
+    return len(facts_of(open_log(generation, collect=MODEL_TYPES)).own_descriptors())
+
+
+def test_the_options_are_deterministic_too(tmp_path: Path) -> None:
+    generate(tmp_path / "one", **EVERYTHING)
+    generate(tmp_path / "two", **EVERYTHING)
+    assert snapshot(tmp_path / "one") == snapshot(tmp_path / "two")
+
+
+def test_json_output_and_the_new_flags(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli(
+        "fixture", out, "--forks", "1", "--fork-depth", "2", "--legacy", "--open-turns",
+        "--tools", "--old-generation", "1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    document = result.json()
+    assert list(document) == [
+        "root", "sessions", "perDepth", "topLevel", "forks", "legacyForks", "oldGeneration",
+        "openTurns", "tornTails",
+    ]  # fmt: skip
+    assert document["sessions"] == len(Root(out).entries())
+    assert len(document["forks"]) == 2 and len(document["legacyForks"]) == 1
+    assert document["perDepth"] == {"0": 2, "1": 4}
+
+
+def test_large_roots_report_progress_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    from dsh_fork.cli.fixture import _progress
+
+    for done in (1, 999, 1000, 1500, 2000):
+        _progress(done, 2000)
+    _progress(3, 3)  # small roots stay quiet
+    assert capsys.readouterr().err.splitlines() == [
+        "fixture: 1000 of 2000 sessions written",
+        "fixture: 2000 of 2000 sessions written",
+    ]
