@@ -1,10 +1,13 @@
 """relink: copy a fork's subagent tree under the fork child, offline (semantics §4).
 
 Two phases. The planner reads (headers of the whole root once, then the logs it needs) and
-decides every outcome: which child belongs to the branch, which already has a copy (matched by
-provenance), which is running, open, unreadable or copied afresh, and which catalog facts and
-descriptors are missing. The walker then replays that plan top-down, writing as it goes, or —
-for ``--dry-run`` — only records it, so a plan and a real run report the same outcome.
+decides every outcome: the candidates of every session up the fork chain, grouped by lineage
+(an original and its copies, matched by provenance) so each is copied once; which lineage
+belongs to the branch, which already has a copy under the fork child, which is running, open,
+unreadable, uncatalogable or copied afresh; and which catalog facts and descriptors are
+missing. The walker then replays that plan top-down, writing through ``seeded`` (new copies)
+and ``writer`` (appends) as it goes, or — for ``--dry-run`` — only records it, so a plan and a
+real run report the same outcome. docs/fork-chains.md explains the choices.
 """
 
 from __future__ import annotations
