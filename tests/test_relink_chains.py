@@ -23,6 +23,7 @@ from relinkkit import (
     top_of,
     tree_size,
 )
+from safetykit import crash_state_problems, files_under, snapshot
 
 from dsh_fork import faults
 from dsh_fork.discovery import Root
@@ -202,6 +203,19 @@ def chain_root(root: Path) -> FixtureSummary:
     return generate(root, sessions=1, agents=1, depth=2, turns=1, seed=3, forks=1, fork_depth=2)
 
 
+def sound_after_crash(root: Path, pristine: Path) -> list[str]:
+    """The crashed state: originals unchanged or grown by whole frames, every session valid
+    and unlocked, nothing DSH would read half made (only our own temps may remain)."""
+    return crash_state_problems(
+        root,
+        snapshot(pristine),
+        (),
+        files_under(pristine),
+        torn_ok=False,
+        own_temps_ok=True,
+    )
+
+
 def steps_of(root: Path, run: object) -> int:
     with faults.install("crash", 0) as plan:
         assert callable(run)
@@ -210,18 +224,26 @@ def steps_of(root: Path, run: object) -> int:
 
 
 def test_relink_all_crashing_at_any_step_is_finished_by_a_rerun(tmp_path: Path) -> None:
+    """Crash after every durable step; an append is also torn (half a catalog frame)."""
     pristine = tmp_path / "pristine" / "sessions"
     chain_root(pristine)
     reference = tmp_path / "reference" / "sessions"
     shutil.copytree(pristine, reference)
-    steps = steps_of(reference, lambda: relink_all(Root(reference)))
-    assert steps >= 20
+    with faults.install("crash", 0) as counted:
+        relink_all(Root(reference))
+    assert len(counted.log) >= 20
     assert_every_fork_complete(reference)
-    for k in range(1, steps + 1):
-        root = tmp_path / f"crash-{k}" / "sessions"
+    points = [("crash", k) for k in range(1, len(counted.log) + 1)]
+    points += [("tear", k) for k, (kind, _) in enumerate(counted.log, 1) if kind == "append"]
+    for action, k in points:
+        root = tmp_path / f"{action}-{k}" / "sessions"
         shutil.copytree(pristine, root)
-        with pytest.raises(faults.InjectedCrash), faults.install("crash", k):
+        with pytest.raises(faults.InjectedCrash), faults.install(action, k):
             relink_all(Root(root))
+        problems = crash_state_problems(
+            root, snapshot(pristine), (), files_under(pristine), torn_ok=True, own_temps_ok=True
+        )
+        assert problems == [], (action, k)
         relink_everything(root)
         assert_every_fork_complete(root)
         assert_settled(root)
@@ -245,6 +267,7 @@ def test_fork_of_a_relinked_fork_crashing_at_any_step_is_finished_by_a_rerun(
         shutil.copytree(pristine, root)
         with pytest.raises(faults.InjectedCrash), faults.install("crash", k):
             lib_fork(root, source, "session-new")
+        assert sound_after_crash(root, pristine) == [], k
         if Root(root).exists("session-new"):
             lib_relink(root, "session-new")
         else:
