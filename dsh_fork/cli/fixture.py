@@ -82,6 +82,9 @@ def fixture(
         out.json(summary.to_json())
         return
     per_depth = ", ".join(f"depth {d}: {n}" for d, n in sorted(summary.per_depth.items()))
+    originals = sum(summary.per_depth.values())
+    if summary.sessions != originals:  # forks, legacy forks and their copies
+        per_depth += f"; {summary.sessions - originals} forks and copies"
     out.line(f"wrote {summary.sessions} sessions to {summary.root} ({per_depth})")
     for session_id in summary.top_level:
         out.line(f"top-level session {session_id}")
