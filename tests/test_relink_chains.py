@@ -19,6 +19,7 @@ from conftest import log_events, log_lines, tree_digest
 from relinkkit import (
     assert_clean,
     assert_every_fork_complete,
+    plugin_scenario,
     subagent_tree,
     top_of,
     tree_size,
@@ -27,7 +28,7 @@ from safetykit import crash_state_problems, files_under, snapshot
 
 from dsh_fork import faults
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import FixtureSummary, generate
+from dsh_fork.fixtures import Clock, FixtureSummary, generate
 from dsh_fork.fork import fork_session
 from dsh_fork.relink import RelinkAllResult, relink, relink_all
 
@@ -310,3 +311,22 @@ def test_relink_all_names_a_fork_child_it_cannot_read(root: Path) -> None:
     assert [(f["id"], f["code"]) for f in result.failed] == [(broken_dir.name, "CORRUPT_LOG")]
     partial = result.partial()
     assert partial is not None and partial.exit_code == 10
+
+
+def test_the_plugin_scenario_relinked_then_forked_keeps_all_twelve(root: Path) -> None:
+    """The issue's report on the spec's scenario (§10.4): relink C_A copies 12, and a fork of
+    C_A then copies the same 12, the grandchild's copy at depth 2 included."""
+    scenario = plugin_scenario(root, Clock())
+    first = relink(Root(root), Root(root).find(scenario.fork.id))
+    assert len(first.copied) == 12
+
+    result = fork_session(
+        scenario.fork.id, str(root), at=None, child_id="session-C2", agents=True, dry_run=False
+    )
+
+    assert result.agents is not None
+    copied = result.agents.copied
+    assert [item["depth"] for item in copied].count(2) == 1 and len(copied) == 12
+    assert result.agents.unrelated == []
+    assert result.agents.skipped == [{"id": "a-open", "reason": "open"}]
+    assert subagent_tree(root, "session-C2") == subagent_tree(root, scenario.fork.id)
