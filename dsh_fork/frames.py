@@ -23,7 +23,21 @@ TARGET_FRAME_BYTES = 64 * 1024
 MAX_BLOCK_SIZE = 128 * 1024
 _MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
 
-_DECOMPRESSOR = zstandard.ZstdDecompressor()
+MAX_FRAME_PLAINTEXT = 64 * 1024 * 1024
+"""dsh-fork's bound on the plaintext of one frame (the format states none): a frame that decodes
+to more is corruption of its log. DSH's own frames hold one append batch (kilobytes); a whole
+migrated body in one frame stays far below it. Peak memory of a decode stays near this bound
+whatever the input: a 33 KB frame of RLE blocks claiming a gigabyte is cut off here."""
+MAX_HEADER_PLAINTEXT = 1024 * 1024
+"""The bound on a header frame (one line of a few hundred bytes in every DSH log)."""
+MAX_WINDOW_SIZE = 32 * 1024 * 1024
+"""The largest window a frame may ask of the decoder (libzstd's own default is 128 MiB; DSH's
+level 3 uses 2 MiB, and even level 19 only 8 MiB)."""
+_FEED = 256
+"""Compressed bytes per step of the bounded streaming decode: at most 64 blocks, so the output
+can overshoot the bound by 8 MiB at most before it is noticed."""
+
+_DECOMPRESSOR = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
 T = TypeVar("T")
 
 CHILD_SHARE = 0.52
@@ -123,16 +137,44 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
     return FrameScan(tuple(frames), None, size)
 
 
-def decode(data: bytes | memoryview, frame: Frame, index: int = 0) -> bytes:
-    """Plaintext of one complete frame; the content checksum is verified by libzstd."""
+def decode(
+    data: bytes | memoryview, frame: Frame, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT
+) -> bytes:
+    """Plaintext of one complete frame, at most ``limit`` bytes (else corruption); the content
+    checksum is verified by libzstd."""
+    return _decode_bounded(_DECOMPRESSOR, memoryview(data), frame, index, limit)
+
+
+def _too_large(frame: Frame, index: int, limit: int) -> CorruptLog:
+    return _corrupt(
+        f"frame decodes to more than {limit:,} bytes (dsh-fork's bound for such a frame)",
+        frame.start,
+        index,
+    )
+
+
+def _decode_stream(view: memoryview, frame: Frame, index: int, limit: int) -> bytes:
+    """The reference decode: a fresh streaming decompressor fed a few bytes at a time, so that
+    output beyond ``limit`` is noticed within a few blocks and never accumulated."""
     obj = _DECOMPRESSOR.decompressobj()
+    body = view[frame.start : frame.end]
+    parts: list[bytes] = []
+    total = 0
+    pos = 0
     try:
-        out = obj.decompress(data[frame.start : frame.end])
+        while pos < len(body) and not obj.eof:
+            piece = obj.decompress(body[pos : pos + _FEED])
+            pos += _FEED
+            total += len(piece)
+            if total > limit:
+                parts.clear()
+                raise _too_large(frame, index, limit)
+            parts.append(piece)
     except zstandard.ZstdError as exc:
         raise _corrupt(f"frame does not decode ({exc})", frame.start, index) from None
-    if not obj.eof or obj.unused_data:
+    if not obj.eof or obj.unused_data or pos < len(body):
         raise _corrupt("frame does not end where its structure says", frame.start, index)
-    return bytes(out)
+    return b"".join(parts)
 
 
 def content_size(data: bytes | memoryview, frame: Frame) -> int | None:
@@ -149,23 +191,31 @@ def content_size(data: bytes | memoryview, frame: Frame) -> int | None:
 
 
 def _decode_bounded(
-    dctx: zstandard.ZstdDecompressor, view: memoryview, frame: Frame, index: int
+    dctx: zstandard.ZstdDecompressor,
+    view: memoryview,
+    frame: Frame,
+    index: int,
+    limit: int = MAX_FRAME_PLAINTEXT,
 ) -> bytes:
     """``decode`` through libzstd's one-shot call, which runs without the GIL.
 
     The output buffer is sized by the frame's declared content size or, without one, by its
-    block count (a block never decodes to more than 128 KiB), so a damaged size field cannot
-    make it allocate more. Anything unusual (an empty or oversized declaration, a decoding
-    error) goes to ``decode``, the reference, which also names the defect.
+    block count (a block never decodes to more than 128 KiB), and never beyond ``limit``, so a
+    damaged size field cannot make it allocate more. A declared size beyond the limit is
+    corruption at once; a frame whose blocks could exceed it, or anything unusual (an empty
+    declaration, a decoding error), goes to the bounded streaming reference, which also names
+    the defect.
     """
-    cap = frame.blocks * MAX_BLOCK_SIZE
     declared = content_size(view, frame)
-    if declared is None or 0 < declared <= cap:
+    if declared is not None and declared > limit:
+        raise _too_large(frame, index, limit)
+    cap = frame.blocks * MAX_BLOCK_SIZE
+    if cap <= limit and (declared is None or 0 < declared <= cap):
         try:
             return dctx.decompress(view[frame.start : frame.end], max_output_size=cap)
         except zstandard.ZstdError:
             pass
-    return decode(view, frame, index)
+    return _decode_stream(view, frame, index, limit)
 
 
 def decode_many(
@@ -204,7 +254,7 @@ def map_frames(
 def _map_part(
     view: memoryview, frames: Sequence[Frame], then: Callable[[bytes], T], first_index: int
 ) -> Generator[T, None, None]:
-    dctx = zstandard.ZstdDecompressor()
+    dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
     for k, frame in enumerate(frames):
         yield then(_decode_bounded(dctx, view, frame, first_index + k))
 
@@ -238,7 +288,9 @@ def _map_split(
         child.cancel()
 
 
-def decode_torn(data: bytes | memoryview, start: int, index: int = 0) -> bytes:
+def decode_torn(
+    data: bytes | memoryview, start: int, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT
+) -> bytes:
     """Whatever plaintext an incomplete final frame yields (flush mode); may be empty.
 
     A torn write leaves a prefix of a valid frame, which decodes without error; after a power
@@ -246,18 +298,33 @@ def decode_torn(data: bytes | memoryview, start: int, index: int = 0) -> bytes:
     "torn frame" that does not decode and holds another frame's magic is a damaged header or
     block size in a middle frame (a bit flip that makes it claim the rest of the file):
     corruption, never a torn tail that a writer would truncate together with later frames.
+    Like every decode it is bounded: a torn frame yielding more than ``limit`` is corruption.
     """
+    view = memoryview(data)
     obj = _DECOMPRESSOR.decompressobj()
+    parts: list[bytes] = []
+    total = 0
+    pos = start
     try:
-        return bytes(obj.decompress(data[start:]))
+        while pos < len(view) and not obj.eof:
+            piece = obj.decompress(view[pos : pos + _FEED])
+            pos += _FEED
+            total += len(piece)
+            if total > limit:
+                parts.clear()
+                raise _corrupt(
+                    f"incomplete frame decodes to more than {limit:,} bytes", start, index
+                )
+            parts.append(piece)
     except zstandard.ZstdError as exc:
-        if bytes(data).find(_MAGIC_BYTES, start + 1) != -1:
+        if bytes(view[start + 1 :]).find(_MAGIC_BYTES) != -1:
             raise _corrupt(
                 f"incomplete frame does not decode and is followed by frames ({exc})",
                 start,
                 index,
             ) from None
         return b""
+    return b"".join(parts)
 
 
 def encode(plaintext: bytes) -> bytes:

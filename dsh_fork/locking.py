@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 from . import faults
-from .errors import SessionLocked, UsageError
+from .errors import SessionLocked
+from .fsdir import DirChain
 from .generations import LOCK_NAME
 
 LockState = Literal["absent", "free", "held", "unknown"]
@@ -27,15 +29,17 @@ def lock_path(session_dir: Path) -> Path:
 
 
 def probe(session_dir: Path) -> LockState:
-    """Is a live process holding the session's lock? Never creates the file."""
+    """Is a live process holding the session's lock? Never creates the file, never blocks."""
     path = lock_path(session_dir)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return "absent"
     except OSError:
         return "unknown" if os.path.lexists(path) else "absent"
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device: nothing can be said
+            return "unknown"
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -54,28 +58,54 @@ def running(session_dir: Path) -> bool:
 
 
 class SessionLock:
-    """An exclusive, non-blocking ``flock`` on a session's lock file, held until ``release``."""
+    """An exclusive, non-blocking ``flock`` on a session's lock file, held until ``release``.
+
+    The lock is taken through the session dir's descriptor (``fsdir.DirChain``), and the chain
+    is verified once the lock is held: every write made under this lock goes through ``dirs``,
+    the very directory that was locked, never through a path that could have been swapped.
+    """
 
     def __init__(self, session_dir: Path) -> None:
         self.session_dir = session_dir
         self.path = lock_path(session_dir)
         self._fd: int | None = None
+        self._dirs: DirChain | None = None
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> SessionLock:
-        for path in (self.session_dir, self.session_dir.parent):
-            if path.is_symlink():  # a lock is taken to write, never through a link
-                raise UsageError(
-                    f"refusing to write through the symbolic link {path}", path=str(path)
-                )
+    @property
+    def dirs(self) -> DirChain:
+        """The open root, project and session dirs of the held lock."""
+        if self._dirs is None:
+            raise RuntimeError(f"the lock of {self.session_dir} is not held")
+        return self._dirs
+
+    def acquire(self, *, create: bool = False) -> SessionLock:
+        """Take the lock; with ``create``, the project and session dirs are made if missing."""
+        dirs = DirChain.open(self.session_dir, create=create)
+        try:
+            self._fd = self._lock(dirs)
+            dirs.verify()
+        except BaseException:
+            self.release()
+            dirs.close()
+            raise
+        self._dirs = dirs
+        return self
+
+    def _lock(self, dirs: DirChain) -> int:
+        session = dirs.session
         for _ in range(_ATTEMPTS):
-            existed = self.path.exists()
+            try:
+                session.lstat(LOCK_NAME)
+                existed = True
+            except FileNotFoundError:
+                existed = False
             if not existed:
                 faults.step("lock", self.path)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = session.open_file(LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
             if not existed:
                 faults.done("lock", self.path)
             try:
@@ -91,13 +121,12 @@ class SessionLock:
                 os.close(fd)
                 raise
             try:
-                held, now = os.fstat(fd), os.stat(self.path)
+                held, now = os.fstat(fd), session.lstat(LOCK_NAME)
             except FileNotFoundError:
                 os.close(fd)
                 continue
             if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
-                self._fd = fd
-                return self
+                return fd
             os.close(fd)
         raise SessionLocked(
             f"{self.session_dir.name}: session.lock kept being replaced", lockPath=str(self.path)
@@ -107,6 +136,9 @@ class SessionLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._dirs is not None:
+            self._dirs.close()
+            self._dirs = None
 
     def __enter__(self) -> SessionLock:
         return self if self.held else self.acquire()

@@ -2,7 +2,9 @@
 
 Each line is ``{"t": ISO-8601 UTC with ms, "message": ..., "data": {...} | null}``, with the
 message names of the peer plugin so existing log readers keep working. The log is a record, not
-part of the operation: failing to write it is a warning, never a failure.
+part of the operation: failing to write it is a warning, never a failure. It is opened without
+following a symbolic link and without blocking: a link or a FIFO in its place is refused (one
+warning), never appended through or waited on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .errors import IoError
+from .fsdir import open_regular
 from .ids import ClockMs, now_ms
 from .records import dumps_record
 from .writer import make_private_dirs
@@ -57,14 +61,19 @@ class OpLog:
         line = dumps_record(record) + b"\n"  # ids may hold lone surrogates
         try:
             make_private_dirs(self.path.parent)  # 0700 like DSH's dirs, whatever the umask
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # Never through a link, never blocking on a FIFO, only into a regular file.
+            fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 view = memoryview(line)
                 while view:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
-        except OSError as exc:
+        except IoError as exc:
             self._failed = True  # one warning, not one per line
+            if self.warn is not None:
+                self.warn(f"cannot write the operation log: {exc.message}")
+        except OSError as exc:
+            self._failed = True
             if self.warn is not None:
                 self.warn(f"cannot write the operation log {self.path}: {exc.strerror or exc}")

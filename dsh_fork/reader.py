@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import frames as zframes
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
+from .fsdir import open_regular, read_regular
 from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
 from .records import (
     Event,
@@ -32,6 +33,8 @@ from .records import (
 
 HEADER_PROBE_BYTES = 16 * 1024
 HEADER_FIRST_READ = 4 * 1024
+HEADER_MAX_READ = 2 * zframes.MAX_HEADER_PLAINTEXT
+"""A compressed header frame never exceeds its plaintext by much (raw blocks add 3 bytes each)."""
 # re finds a two-byte needle ~2.5x faster than ``bytes.__contains__``.
 _EMPTY_LINE = re.compile(b"\n\n")
 
@@ -47,8 +50,7 @@ def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
     for _ in range(retries + 1):
         try:
             before = _identity(os.stat(path))
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = read_regular(path)  # never through a link, never blocking on a FIFO
             after = _identity(os.stat(path))
         except FileNotFoundError:
             # Listed a moment ago, gone now: the session dir changed under the read.
@@ -418,10 +420,15 @@ def read_header_line(path: str | Path, encoding: Encoding) -> bytes:
     # Unbuffered reads: listing a root calls this once per session, and a buffered file
     # object costs more than the read itself. A header frame is rarely above a few hundred
     # bytes, so the first read is small and a longer header just takes more reads.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path)  # never through a link, never blocking on a FIFO
     try:
         data = os.read(fd, HEADER_FIRST_READ)
         while True:
+            if len(data) > HEADER_MAX_READ:  # bounded like its decode (frames module)
+                raise CorruptLog(
+                    f"{where}: no complete header within its first {HEADER_MAX_READ:,} bytes",
+                    path=where,
+                )
             if encoding == "plain":
                 end = data.find(b"\n")
                 if end != -1:
@@ -441,15 +448,19 @@ def read_header_line(path: str | Path, encoding: Encoding) -> bytes:
 def peek_fields(generation: Generation) -> dict[str, object] | None:
     """The raw header object without any validation: to attribute an unreadable session."""
     try:
-        with open(generation.path, "rb") as handle:
-            data = handle.read(HEADER_PROBE_BYTES)
+        fd = open_regular(generation.path)
+        try:
+            data = os.read(fd, HEADER_PROBE_BYTES)
+        finally:
+            os.close(fd)
         if generation.encoding == "plain":
             line = data.split(b"\n", 1)[0]
         else:
             scan = zframes.scan(data, limit=1)
             if not scan.frames:
                 return None
-            line = zframes.decode(data, scan.frames[0]).split(b"\n", 1)[0]
+            plaintext = zframes.decode(data, scan.frames[0], 0, zframes.MAX_HEADER_PLAINTEXT)
+            line = plaintext.split(b"\n", 1)[0]
         value, _ = parse_line(line)
     except (OSError, CorruptLog, LineError):
         return None
@@ -457,7 +468,7 @@ def peek_fields(generation: Generation) -> dict[str, object] | None:
 
 
 def _header_line(data: bytes, frame: zframes.Frame, where: str) -> bytes:
-    plaintext = zframes.decode(data, frame, 0)
+    plaintext = zframes.decode(data, frame, 0, zframes.MAX_HEADER_PLAINTEXT)
     if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
         raise CorruptLog(f"{where}: first frame is not exactly one header line", frame=0)
     return plaintext[:-1]

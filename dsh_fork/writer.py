@@ -20,12 +20,13 @@ import functools
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from . import faults
+from . import faults, fsdir
 from . import frames as zframes
 from .catalog import catalog_problem
 from .errors import (
@@ -33,16 +34,16 @@ from .errors import (
     InternalError,
     IoError,
     SessionAlreadyExists,
+    SessionStale,
     UnsupportedFormat,
-    UsageError,
 )
-from .generations import CURRENT_NAME, LOCK_NAME, SUPPORTED_VERSION, list_generations
+from .fsdir import DIR_MODE, DirChain, DirFd
+from .generations import CURRENT_NAME, LOCK_NAME, SUPPORTED_VERSION, Generation, parse_name
 from .locking import SessionLock
 from .model import MODEL_TYPES, Facts, facts_of
 from .reader import SessionLog, open_log, parse_recovered
 from .records import encode_event
 
-DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 OWN_RANGE_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
@@ -88,12 +89,18 @@ def is_own_temp(name: str) -> bool:
 
 def fsync_dir(path: Path) -> None:
     faults.step("fsync-dir", path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(path, fsdir.DIR_FLAGS)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
     faults.done("fsync-dir", path)
+
+
+def _fsync_dir_fd(handle: DirFd) -> None:
+    faults.step("fsync-dir", handle.path)
+    handle.fsync()
+    faults.done("fsync-dir", handle.path)
 
 
 def _write_all(fd: int, data: bytes | memoryview, path: Path, kind: str = "write") -> None:
@@ -114,32 +121,12 @@ def _fsync(fd: int, path: Path) -> None:
     faults.done("fsync", path)
 
 
-def _ensure_dir(path: Path, deferred: set[Path] | None = None) -> None:
-    """Create one directory 0700 (fsyncing its parent), refusing to write through a symlink."""
-    if path.is_symlink():
-        raise UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
-    if path.is_dir():
-        return
-    faults.step("mkdir", path)
-    try:
-        os.mkdir(path, DIR_MODE)
-    except FileExistsError:
-        if path.is_symlink() or not path.is_dir():
-            raise UsageError(f"{path} exists and is not a directory", path=str(path)) from None
-        return
-    faults.done("mkdir", path)
-    if deferred is not None:
-        deferred.add(path.parent)
-    else:
-        fsync_dir(path.parent)
-
-
 def make_private_dirs(path: Path) -> None:
     """``mkdir -p`` with every created directory 0700 whatever the umask (DSH's mode);
     ``Path.mkdir(parents=True)`` would give the intermediate ones the umask's default."""
     missing: list[Path] = []
     current = path
-    while not current.exists():
+    while not os.path.lexists(current):
         missing.append(current)
         if current.parent == current:
             break
@@ -149,22 +136,63 @@ def make_private_dirs(path: Path) -> None:
             os.mkdir(directory, DIR_MODE)
 
 
+def _ensure_root(root: Path, deferred: set[Path] | None) -> None:
+    """The root itself, made 0700 with its missing parents (the only dirs made by path)."""
+    if os.path.lexists(root):
+        return
+    make_private_dirs(root.parent)
+    faults.step("mkdir", root)
+    try:
+        os.mkdir(root, DIR_MODE)
+    except FileExistsError:
+        return
+    faults.done("mkdir", root)
+    if deferred is not None:
+        deferred.add(root.parent)
+    else:
+        fsync_dir(root.parent)
+
+
 @_io
 def ensure_session_dir(
     root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
 ) -> Path:
     """root/project/segment, each created 0700 if missing, none of them a symlink.
 
-    With ``deferred``, the parents of created dirs are added to that set instead of being
-    fsynced one by one; the caller fsyncs them (``sync_dirs``) before any durable record
-    refers to the new sessions. A batch of copies then costs one project-dir fsync, not one
-    per copy; a crash before it can only lose sessions nothing refers to yet.
+    The project and session dirs are made relative to their parent's descriptor, never
+    through a path a symbolic link could redirect (``fsdir``). With ``deferred``, the parents
+    of created dirs are added to that set instead of being fsynced one by one; the caller
+    fsyncs them (``sync_dirs``) before any durable record refers to the new sessions. A batch
+    of copies then costs one project-dir fsync, not one per copy; a crash before it can only
+    lose sessions nothing refers to yet.
     """
-    if not root.exists():
-        make_private_dirs(root.parent)
-    for path in (root, root / project, root / project / segment):
-        _ensure_dir(path, deferred)
-    return root / project / segment
+    _ensure_root(root, deferred)
+    session_dir = root / project / segment
+    root_dir = DirFd.open(root, root)
+    try:
+        parent = root_dir
+        opened: list[DirFd] = []
+        try:
+            for path in (root / project, session_dir):
+                created = False
+                if not _exists(parent, path.name):
+                    faults.step("mkdir", path)
+                    created = parent.mkdir(path.name)
+                    faults.done("mkdir", path)
+                child = DirFd.open(path.name, path, parent)
+                opened.append(child)
+                if created:
+                    if deferred is not None:
+                        deferred.add(parent.path)
+                    else:
+                        _fsync_dir_fd(parent)
+                parent = child
+        finally:
+            for handle in opened:
+                handle.close()
+    finally:
+        root_dir.close()
+    return session_dir
 
 
 @_io
@@ -173,6 +201,25 @@ def sync_dirs(deferred: set[Path]) -> None:
     for path in sorted(deferred, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(path)
     deferred.clear()
+
+
+def _exists(handle: DirFd, name: str) -> bool:
+    try:
+        handle.lstat(name)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _generation_names(handle: DirFd) -> list[tuple[int, str, str]]:
+    """(version, encoding, name) of the canonical names in a held dir, lowest first."""
+    found: list[tuple[int, str, str]] = []
+    for name in handle.listdir():
+        parsed = parse_name(name)
+        if parsed is not None:
+            found.append((parsed[0], parsed[1], name))
+    found.sort(key=lambda g: (g[0], g[1] == "zstd"))
+    return found
 
 
 # -- publishing -----------------------------------------------------------------------------
@@ -205,37 +252,49 @@ class Published:
 def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: bool) -> Published:
     """Write a new session into an existing, empty session dir (format §14.1 steps 2–6).
 
-    Once ``link`` has put the canonical name in place the session exists: a failing temp
-    removal after it is no failure (the temp is an ignored name the next run sweeps), and a
-    failing dir fsync raises an ``IoError`` that says the session was published.
+    Every step names an entry of the locked dir's descriptor (``fsdir``), and the dir chain
+    is verified under the lock, again just before ``link`` and once after it: a session dir or
+    project dir swapped for a link (or moved) meanwhile fails the publish, and a session
+    linked into a dir that was moved out of place is unlinked again. Once ``link`` has put the
+    canonical name in place the session exists: a failing temp removal after it is no failure
+    (the temp is an ignored name the next run sweeps), and a failing dir fsync raises an
+    ``IoError`` that says the session was published.
     """
-    _refuse_symlinks(session_dir)
     lock = SessionLock(session_dir).acquire()
-    temp: Path | None = None
+    handle = lock.dirs.session
+    temp: str | None = None
     try:
-        if list_generations(session_dir):
+        if _generation_names(handle):
             raise SessionAlreadyExists(
                 f"{session_dir.name} already holds a session", path=str(session_dir)
             )
-        _remove_own_temps(session_dir)
+        _remove_own_temps(handle)
         final = session_dir / CURRENT_NAME
-        temp = session_dir / own_temp_name()
+        temp = own_temp_name()
+        temp_path = handle.entry(temp)
         payload = [zframes.encode(header_line), *body.encoded()]
-        faults.step("create", temp)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-        faults.done("create", temp)
+        faults.step("create", temp_path)
+        fd = handle.open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        faults.done("create", temp_path)
         try:
             for frame in payload:
-                _write_all(fd, frame, temp)
-            _fsync(fd, temp)
+                _write_all(fd, frame, temp_path)
+            _fsync(fd, temp_path)
         finally:
             os.close(fd)
-        _link_into_place(temp, final, session_dir)
+        lock.dirs.verify()
+        _link_into_place(handle, temp, final)
         linked, temp = temp, None
         try:
-            fsync_dir(session_dir)
+            lock.dirs.verify()
+        except DshForkError:
+            _remove_quietly(handle, CURRENT_NAME)
+            _remove_quietly(handle, linked)
+            raise
+        try:
+            _fsync_dir_fd(handle)
         except OSError as exc:
-            _unlink_temp(linked)
+            _unlink_temp(handle, linked)
             raise IoError(
                 f"published {final}, but syncing its directory failed ({exc.strerror}): the "
                 "session exists and may not survive a system crash",
@@ -243,11 +302,11 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
                 path=str(final),
                 published=True,
             ) from exc
-        _unlink_temp(linked)
+        _unlink_temp(handle, linked)
         size = sum(len(f) for f in payload)
     except Exception:
         if temp is not None:
-            _remove_quietly(temp)
+            _remove_quietly(handle, temp)
         lock.release()
         raise
     except BaseException:
@@ -260,53 +319,46 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
     return Published(final, session_dir, size, lock if keep_lock else None)
 
 
-def _link_into_place(temp: Path, final: Path, session_dir: Path) -> None:
+def _link_into_place(handle: DirFd, temp: str, final: Path) -> None:
     faults.step("link", final)
     try:
-        os.link(temp, final)
+        handle.link(temp, final.name)
     except FileExistsError:
         raise SessionAlreadyExists(f"{final} already exists", path=str(final)) from None
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
-        if list_generations(session_dir):
+        if _generation_names(handle):
             raise SessionAlreadyExists(f"{final} already exists", path=str(final)) from None
-        os.rename(temp, final)
+        handle.rename(temp, final.name)
     faults.done("link", final)
 
 
-def _remove_quietly(path: Path) -> None:
+def _remove_quietly(handle: DirFd, name: str) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        handle.unlink(name)
 
 
-def _unlink_temp(temp: Path) -> None:
+def _unlink_temp(handle: DirFd, temp: str) -> None:
     """Remove a linked temp; failing to is no failure (an ignored name, swept later)."""
     with contextlib.suppress(OSError):
-        faults.step("unlink", temp)
-        os.unlink(temp)
-        faults.done("unlink", temp)
+        faults.step("unlink", handle.entry(temp))
+        handle.unlink(temp)
+        faults.done("unlink", handle.entry(temp))
 
 
-def _refuse_symlinks(session_dir: Path) -> None:
-    """A session dir or project dir that is a symbolic link may lead out of the root."""
-    for path in (session_dir, session_dir.parent):
-        if path.is_symlink():
-            raise UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
-
-
-def _remove_own_temps(session_dir: Path) -> list[str]:
+def _remove_own_temps(handle: DirFd) -> list[str]:
     """Remove the temps dead dsh-fork runs left; the caller holds the dir's lock, so no live
     dsh-fork publish owns them. Best effort: a temp that stays is still an ignored name."""
     removed: list[str] = []
     try:
-        names = os.listdir(session_dir)
+        names = handle.listdir()
     except OSError:
         return removed
     for name in names:
         if is_own_temp(name):
             with contextlib.suppress(OSError):
-                os.unlink(session_dir / name)
+                handle.unlink(name)
                 removed.append(name)
     return removed
 
@@ -328,7 +380,7 @@ def sweep_own_temps(session_dir: Path) -> list[str]:
     except (DshForkError, OSError):  # held, a symbolic link, unwritable: leave it
         return []
     try:
-        return _remove_own_temps(session_dir)
+        return _remove_own_temps(lock.dirs.session)
     finally:
         lock.release()
 
@@ -365,47 +417,88 @@ def append(
     needs in its facts; a narrow set keeps the re-read of a huge log cheap. The catalog and
     the end-seed markers are always collected: the uniqueness check of new catalog facts
     needs the own range.
+
+    The log is reached through the locked dir's descriptor and must be the very file that was
+    read (device and inode), a regular file with one link: a log shared with a hard-linked
+    backup is refused, never changed in place (the backup would change with it).
     """
     collect = collect | OWN_RANGE_TYPES
-    _refuse_symlinks(session_dir)
     own_lock = lock is None
     held = lock if lock is not None else SessionLock(session_dir).acquire()
     try:
-        _remove_own_temps(session_dir)
-        log = _read_for_write(session_dir, collect)
+        dirs = held.dirs
+        if not own_lock:
+            dirs.verify()  # a lock held for a while: its dir may have been moved since
+        _remove_own_temps(dirs.session)
+        log = _read_for_write(dirs, collect)
         repaired = False
         if log.torn is not None:
-            _repair_torn_tail(log)
+            _repair_torn_tail(dirs.session, log)
             repaired = True
-            log = _read_for_write(session_dir, collect)
+            log = _read_for_write(dirs, collect)
         facts = facts_of(log)
         new = build(log, facts)
         if not new:
             return Appended(log.event_count, 0, repaired, log, facts)
         lines = _encode_new(new, log.event_count, facts)
-        _append_frame(log.path, b"".join(lines), len(log.data))
+        _append_frame(dirs.session, log, b"".join(lines), len(log.data))
         return Appended(log.event_count, len(lines), repaired, log, facts)
     finally:
         if own_lock:
             held.release()
 
 
-def _read_for_write(session_dir: Path, collect: frozenset[str]) -> SessionLog:
-    generations = list_generations(session_dir)
-    if not generations:
-        raise InternalError(f"{session_dir} holds no session to append to")
-    current = generations[-1]
-    if current.path.is_symlink():
-        raise UsageError(
-            f"refusing to write through the symbolic link {current.path}", path=str(current.path)
-        )
-    if current.version != SUPPORTED_VERSION or current.encoding != "zstd":
+def _read_for_write(dirs: DirChain, collect: frozenset[str]) -> SessionLog:
+    handle = dirs.session
+    names = _generation_names(handle)
+    if not names:
+        raise InternalError(f"{handle.path} holds no session to append to")
+    version, encoding, name = names[-1]
+    path = handle.entry(name)
+    if version != SUPPORTED_VERSION or encoding != "zstd":
         raise UnsupportedFormat(
-            f"{session_dir.name}: only v4 zstd logs are written (found v{current.version} "
-            f"{current.encoding})",
-            version=current.version,
+            f"{handle.path.name}: only v4 zstd logs are written (found v{version} {encoding})",
+            version=version,
         )
-    return open_log(current, collect=collect)
+    _check_writable(path, handle.lstat(name))
+    log = open_log(Generation(path, version, "zstd"), collect=collect)
+    dirs.verify()  # the read went by path: it read the locked dir only if nothing moved
+    _check_same(path, log, handle.lstat(name))
+    return log
+
+
+def _check_writable(path: Path, st: os.stat_result) -> None:
+    """A log is changed in place only when it is a regular file with exactly one link."""
+    if stat.S_ISLNK(st.st_mode):
+        raise fsdir.symlink_refusal(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise fsdir.not_regular(path, st.st_mode)
+    if st.st_nlink > 1:
+        raise IoError(
+            f"refusing to append to {path}: it has {st.st_nlink} hard links, and another name "
+            "of the same file (a backup made with cp -al, say) would change with it; copy the "
+            "file (cp without -l) to break the link, then run again",
+            errno=errno.EMLINK,
+            path=str(path),
+        )
+
+
+def _check_same(path: Path, log: SessionLog, st: os.stat_result) -> None:
+    if (st.st_dev, st.st_ino) != log.identity[:2]:
+        raise SessionStale(f"{path} was replaced while it was being read", path=str(path))
+
+
+def _open_log_for_write(handle: DirFd, log: SessionLog, flags: int) -> int:
+    """The log's fd, opened through the locked dir: the file that was read, still one link."""
+    fd = handle.open_file(log.path.name, flags)
+    try:
+        st = os.fstat(fd)
+        _check_writable(log.path, st)
+        _check_same(log.path, log, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _encode_new(new: list[NewEvent], first_seq: int, facts: Facts) -> list[bytes]:
@@ -422,14 +515,14 @@ def _encode_new(new: list[NewEvent], first_seq: int, facts: Facts) -> list[bytes
     return lines
 
 
-def _append_frame(path: Path, plaintext: bytes, old_size: int) -> None:
+def _append_frame(handle: DirFd, log: SessionLog, plaintext: bytes, old_size: int) -> None:
     """One complete frame with O_APPEND and fsync; on failure truncate back and fsync."""
     frame = zframes.encode(plaintext)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+    fd = _open_log_for_write(handle, log, os.O_WRONLY | os.O_APPEND)
     try:
         try:
-            _write_all(fd, frame, path, "append")
-            _fsync(fd, path)
+            _write_all(fd, frame, log.path, "append")
+            _fsync(fd, log.path)
         except Exception:
             os.ftruncate(fd, old_size)
             os.fsync(fd)
@@ -438,11 +531,11 @@ def _append_frame(path: Path, plaintext: bytes, old_size: int) -> None:
         os.close(fd)
 
 
-def _repair_torn_tail(log: SessionLog) -> None:
+def _repair_torn_tail(handle: DirFd, log: SessionLog) -> None:
     """DSH's recovery (format §5.3): truncate at the torn frame, re-append recovered lines."""
     assert log.torn is not None
     recovered = parse_recovered(log)
-    fd = os.open(log.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    fd = _open_log_for_write(handle, log, os.O_WRONLY)
     try:
         faults.step("truncate", log.path)
         os.ftruncate(fd, log.torn.offset)
@@ -451,4 +544,5 @@ def _repair_torn_tail(log: SessionLog) -> None:
     finally:
         os.close(fd)
     if recovered:
-        _append_frame(log.path, b"".join(line + b"\n" for line in recovered), log.torn.offset)
+        frame_text = b"".join(line + b"\n" for line in recovered)
+        _append_frame(handle, log, frame_text, log.torn.offset)

@@ -1,0 +1,267 @@
+"""Filesystem access through directory descriptors, so that no write ever leaves the root.
+
+A check of a path ("is it a symbolic link?") followed by a second lookup of the same path for
+the write leaves a window in which the path can be swapped for a link to anywhere. Here every
+directory on the way from the root to a session dir is opened once, with
+``O_DIRECTORY | O_NOFOLLOW``, each one relative to the descriptor of its parent; every later
+step (lock, create, link, rename, unlink, append) names a single entry relative to the session
+dir's descriptor, so the kernel never follows a link on the way. ``DirChain.verify`` then
+checks, under the session's lock, that the names still lead to the directories held (device and
+inode): a dir swapped meanwhile is refused with a clear error instead of being written.
+
+Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked with ``fstat``: a symbolic link
+is refused, and a FIFO or device is refused instead of blocking the command forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from types import TracebackType
+
+from .errors import IoError, SessionStale, UsageError
+
+DIR_MODE = 0o700
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR)
+
+
+def symlink_refusal(path: Path | str) -> UsageError:
+    return UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
+
+
+def not_regular(path: Path | str, mode: int) -> IoError:
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "a symbolic link"
+        if stat.S_ISLNK(mode)
+        else "a device or socket"
+    )
+    return IoError(
+        f"refusing to open {path}: it is {kind}, not a regular file",
+        errno=errno.ELOOP if stat.S_ISLNK(mode) else errno.EINVAL,
+        path=str(path),
+    )
+
+
+def _is_link(name: str, dir_fd: int | None) -> bool:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISLNK(st.st_mode)
+
+
+class DirFd:
+    """One open directory and the identity it had when opened."""
+
+    __slots__ = ("dev", "fd", "ino", "path")
+
+    def __init__(self, fd: int, path: Path) -> None:
+        st = os.fstat(fd)
+        self.fd = fd
+        self.path = path
+        self.dev = st.st_dev
+        self.ino = st.st_ino
+
+    @classmethod
+    def open(cls, name: str | Path, path: Path, parent: DirFd | None = None) -> DirFd:
+        """Open ``name`` (relative to ``parent``, or a path) as a directory, never a link."""
+        dir_fd = None if parent is None else parent.fd
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in _LINK_ERRNOS and _is_link(os.fspath(name), dir_fd):
+                raise symlink_refusal(path) from None
+            if exc.errno == errno.ENOTDIR:
+                raise UsageError(f"{path} exists and is not a directory", path=str(path)) from None
+            exc.filename = str(path)
+            raise
+        try:
+            return cls(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def same(self, st: os.stat_result) -> bool:
+        return (st.st_dev, st.st_ino) == (self.dev, self.ino) and stat.S_ISDIR(st.st_mode)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    # -- entries relative to this dir ---------------------------------------------------------
+
+    def entry(self, name: str) -> Path:
+        return self.path / name
+
+    def lstat(self, name: str) -> os.stat_result:
+        return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+
+    def listdir(self) -> list[str]:
+        return os.listdir(self.fd)
+
+    def mkdir(self, name: str) -> bool:
+        """Create ``name`` 0700; False when it already exists (a link there is refused)."""
+        try:
+            os.mkdir(name, DIR_MODE, dir_fd=self.fd)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            exc.filename = str(self.entry(name))
+            raise
+        return True
+
+    def open_file(self, name: str, flags: int, mode: int = 0o600) -> int:
+        """Open a regular file of this dir: never through a link, never blocking on a FIFO."""
+        path = self.entry(name)
+        try:
+            fd = os.open(name, flags | FILE_FLAGS, mode, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise not_regular(path, stat.S_IFLNK) from None
+            if exc.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
+                raise not_regular(path, stat.S_IFIFO) from None
+            exc.filename = str(path)
+            raise
+        return require_regular(fd, path)
+
+    def unlink(self, name: str) -> None:
+        os.unlink(name, dir_fd=self.fd)
+
+    def link(self, source: str, target: str) -> None:
+        os.link(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+
+    def rename(self, source: str, target: str) -> None:
+        os.rename(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+
+def require_regular(fd: int, path: Path | str) -> int:
+    """``fd`` when it is a regular file; else it is closed and the open refused."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise not_regular(path, st.st_mode)
+    # Blocking again for the reads and writes that follow (a regular file never blocks).
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """Open a file by path: the last component never a link, never blocking, regular only."""
+    try:
+        fd = os.open(path, flags | FILE_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise not_regular(path, stat.S_IFLNK) from None
+        if exc.errno == errno.ENXIO:
+            raise not_regular(path, stat.S_IFIFO) from None
+        raise
+    return require_regular(fd, path)
+
+
+def read_regular(path: Path | str) -> bytes:
+    """The whole content of a regular file, opened as ``open_regular`` does."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, max(size + 1, 64 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class DirChain:
+    """root → project dir → session dir, each held open; the one way the writer reaches a
+    session dir."""
+
+    __slots__ = ("project", "root", "session")
+
+    def __init__(self, root: DirFd, project: DirFd, session: DirFd) -> None:
+        self.root = root
+        self.project = project
+        self.session = session
+
+    @property
+    def path(self) -> Path:
+        return self.session.path
+
+    @classmethod
+    def open(cls, session_dir: Path, *, create: bool = False) -> DirChain:
+        """Open (with ``create``: make, 0700) the project and session dirs below the root
+        ``session_dir.parent.parent``, which must exist. Created dirs' parents are fsynced."""
+        root_path = session_dir.parent.parent
+        root = DirFd.open(root_path, root_path)
+        opened = [root]
+        try:
+            parent = root
+            for path in (session_dir.parent, session_dir):
+                created = create and parent.mkdir(path.name)
+                child = DirFd.open(path.name, path, parent)
+                opened.append(child)
+                if created:
+                    parent.fsync()
+                parent = child
+            return cls(opened[0], opened[1], opened[2])
+        except BaseException:
+            for handle in opened:
+                handle.close()
+            raise
+
+    def verify(self) -> None:
+        """The names still lead to the dirs held: nothing was swapped since they were opened."""
+        checks: tuple[tuple[DirFd, DirFd | None], ...] = (
+            (self.root, None),
+            (self.project, self.root),
+            (self.session, self.project),
+        )
+        for handle, parent in checks:
+            try:
+                if parent is None:
+                    st: os.stat_result | None = os.stat(handle.path, follow_symlinks=False)
+                else:
+                    st = parent.lstat(handle.path.name)
+            except OSError:
+                st = None
+            if st is None or not handle.same(st):
+                raise SessionStale(
+                    f"{handle.path} was moved or replaced while it was being written; "
+                    "nothing was written through it",
+                    path=str(handle.path),
+                )
+
+    def close(self) -> None:
+        for handle in (self.session, self.project, self.root):
+            handle.close()
+
+    def __enter__(self) -> DirChain:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
