@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .errors import CorruptLog, DshForkError, SessionNotFound, UnsupportedFormat, UsageError
+from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
 from .generations import (
     SUPPORTED_VERSION,
     Encoding,
@@ -204,6 +204,7 @@ class Root:
     _entries: list[SessionEntry] | None = field(default=None, repr=False)
     _children: dict[str, list[SessionEntry]] | None = field(default=None, repr=False)
     _by_id: dict[str, SessionEntry] | None = field(default=None, repr=False)
+    _unlisted: list[SessionEntry] = field(default_factory=list, repr=False)
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -213,11 +214,17 @@ class Root:
             entries = sorted(os.scandir(self.path), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return [Path(e.path) for e in entries if e.is_dir()]
+        except PermissionError as exc:
+            raise IoError.of(exc, "list the root") from None
+        return [Path(e.path) for e in entries if _is_dir(e)]
 
     def candidate_dirs(self) -> Iterator[Path]:
         for project in self.project_dirs():
-            for name in _subdir_names(project):
+            try:
+                names = _subdir_names(project)
+            except OSError:
+                continue
+            for name in names:
                 yield project / name
 
     def entries(self) -> list[SessionEntry]:
@@ -228,13 +235,24 @@ class Root:
         """
         if self._entries is None:
             found: list[SessionEntry] = []
+            unlisted: list[SessionEntry] = []
             for project in self.project_dirs():
                 base = str(project)
-                for name in _subdir_names(project):
+                try:
+                    names = _subdir_names(project)
+                except OSError as exc:
+                    unlisted.append(_unlisted(base, exc, "project directory"))
+                    continue
+                for name in names:
                     entry = _list_entry(os.path.join(base, name))
-                    if entry is not None:
+                    if entry is None:
+                        continue
+                    if entry.generation is None:
+                        unlisted.append(entry)
+                    else:
                         found.append(entry)
             self._entries = found
+            self._unlisted = unlisted
         return self._entries
 
     def encoding(self) -> RootEncoding:
@@ -246,7 +264,10 @@ class Root:
             if len(seen) == 2:
                 return "mixed"
         for session_dir in () if self._entries is not None else self.candidate_dirs():
-            seen.update(g.encoding for g in list_generations(session_dir))
+            try:
+                seen.update(g.encoding for g in list_generations(session_dir))
+            except OSError:  # unreadable: its generations are unknown, to DSH as well
+                continue
             if len(seen) == 2:
                 return "mixed"
         if not seen:
@@ -267,11 +288,7 @@ class Root:
     def dirs_of(self, session_id: str) -> list[Path]:
         """Session dirs named for ``session_id`` that hold a canonical generation."""
         segment = encode_segment(session_id)
-        return [
-            project / segment
-            for project in self.project_dirs()
-            if list_generations(project / segment)
-        ]
+        return [project / segment for project in self.project_dirs() if _holds(project / segment)]
 
     def exists(self, session_id: str) -> bool:
         return bool(self.dirs_of(session_id))
@@ -313,8 +330,17 @@ class Root:
         kids = [e for e in self._index().get(parent_id, []) if e.header and e.header.is_fork_child]
         return sorted(kids, key=_order)
 
+    def unlisted(self) -> list[SessionEntry]:
+        """Dirs of the root that cannot be listed (a project dir or a session dir: EACCES,
+        EIO), each with its ``error`` and no generation. Not among ``entries`` (nothing is
+        known of what they hold), but never dropped: a command names them as unreadable."""
+        self.entries()
+        return list(self._unlisted)
+
     def unreadable(self) -> list[SessionEntry]:
-        return [e for e in self.entries() if e.header is None]
+        """Every session a command cannot read, with its ``error``: logs without a valid
+        header (damaged, or that cannot be opened) and the dirs that cannot be listed."""
+        return [e for e in self.entries() if e.header is None] + self.unlisted()
 
     def fork_children(self) -> list[SessionEntry]:
         kids = [e for e in self.entries() if e.header and e.header.is_fork_child]
@@ -359,26 +385,58 @@ class Root:
 
     def invalidate(self) -> None:
         self._entries = None
+        self._unlisted = []
         self._children = None
         self._by_id = None
 
 
-def _subdir_names(project: Path) -> list[str]:
-    """Names of the directories in a project dir, sorted: the candidate session dirs."""
+def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:
-        with os.scandir(project) as scan:
-            return sorted(entry.name for entry in scan if entry.is_dir())
+        return entry.is_dir()
     except OSError:
+        return False
+
+
+def _holds(session_dir: Path) -> bool:
+    """Whether a dir holds a canonical generation; one that cannot be listed holds none that
+    could be read (``entries`` names it as unreadable)."""
+    try:
+        return bool(list_generations(session_dir))
+    except OSError:
+        return False
+
+
+def _subdir_names(project: Path) -> list[str]:
+    """Names of the directories in a project dir, sorted: the candidate session dirs. A dir
+    that does not exist has none; one that cannot be listed raises its OSError."""
+    try:
+        scan = os.scandir(project)
+    except (FileNotFoundError, NotADirectoryError):
         return []
+    with scan:
+        return sorted(entry.name for entry in scan if _is_dir(entry))
+
+
+def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> SessionEntry:
+    """An entry for a dir that cannot be listed: named, with its error, never dropped."""
+    entry = SessionEntry._from_listing(dir_text, [])
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    entry.error = IoError(
+        f"cannot read the {what} {dir_text}: {reason}",
+        errno=exc.errno,
+        path=dir_text,
+    )
+    return entry
 
 
 def _list_entry(dir_text: str) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
-    raw header line of the highest one (validated later, on first use)."""
+    raw header line of the highest one (validated later, on first use). A dir that cannot be
+    listed, or whose log cannot be opened, is an entry with its error."""
     try:
         names = scan_names(dir_text)
-    except OSError:  # unlistable: nothing can be known of it here; doctor reports it
-        return None
+    except OSError as exc:
+        return _unlisted(dir_text, exc)
     if not names:
         return None
     entry = SessionEntry._from_listing(dir_text, names)
@@ -396,7 +454,12 @@ def _list_entry(dir_text: str) -> SessionEntry | None:
         entry.raw_fields = peek_fields(generation)
         return entry
     except OSError as exc:
-        entry.error = CorruptLog(f"{dir_text}: unreadable ({exc.strerror})")
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        entry.error = IoError(
+            f"cannot read the session log in {dir_text}: {reason}",
+            errno=exc.errno,
+            path=os.path.join(dir_text, name),
+        )
         return entry
     entry._line = line
     try:

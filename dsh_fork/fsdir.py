@@ -176,22 +176,6 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600) 
     return require_regular(fd, path)
 
 
-def read_regular(path: Path | str) -> bytes:
-    """The whole content of a regular file, opened as ``open_regular`` does."""
-    fd = open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, max(size + 1, 64 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 class DirChain:
     """root → project dir → session dir, each held open; the one way the writer reaches a
     session dir."""

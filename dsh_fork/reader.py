@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import frames as zframes
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
-from .fsdir import open_regular, read_regular
+from .fsdir import open_regular
 from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
 from .records import (
     Event,
@@ -50,7 +50,9 @@ def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
     for _ in range(retries + 1):
         try:
             before = _identity(os.stat(path))
-            data = read_regular(path)  # never through a link, never blocking on a FIFO
+            # Never through a link, never blocking on a FIFO: a regular file or a refusal.
+            with open(open_regular(path), "rb") as handle:
+                data = handle.read()
             after = _identity(os.stat(path))
         except FileNotFoundError:
             # Listed a moment ago, gone now: the session dir changed under the read.

@@ -16,6 +16,7 @@ import orjson
 import typer
 
 from .. import __version__, faults
+from ..display import safe_text
 from ..errors import DshForkError, InternalError, IoError, Partial
 
 T = TypeVar("T")
@@ -132,13 +133,9 @@ class Out:
 
 
 def printable(text: str) -> str:
-    """Text any UTF-8 stream can take: ids may hold lone surrogates (JSON allows them, UTF-8
-    does not), shown as ``\\udXXX`` escapes."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    """Text any terminal can take safely (``display.safe_text``): control characters escaped,
+    lone surrogates as ``\\udXXX``, length capped."""
+    return safe_text(text)
 
 
 def fail(out: Out, error: DshForkError) -> NoReturn:
@@ -168,6 +165,8 @@ def run(out: Out, action: Callable[[], T]) -> T:
         raise
     except OSError as exc:  # the environment (permissions, a vanished file), not a bug
         fail(out, IoError.of(exc, "access"))
+    except MemoryError:
+        fail(out, IoError("out of memory: the input needs more than this process may use"))
     except Exception as exc:  # a bug: one line, no traceback, unless debugging
         if os.environ.get("DSH_FORK_DEBUG"):
             raise

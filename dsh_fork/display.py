@@ -1,0 +1,42 @@
+"""Text made safe for a terminal: what human output does to ids and messages it did not write.
+
+Ids, paths and error messages may carry bytes from a hostile log (an id holding ESC could
+rewrite the user's terminal; one holding a newline could forge an output line), lone
+surrogates (legal in JSON, not in UTF-8), or be huge (a header of 400,000 keys quoted in an
+error). ``safe_text`` escapes every control character, makes the text encodable, and caps it.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE_CHARS = 2000
+"""Longest text human output prints for one id or message; the rest is cut and counted."""
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """Control characters (C0, DEL, C1, line separators, bidi overrides) as visible escapes."""
+    return _CONTROL.sub(_escape, text)
+
+
+def cap(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def safe_text(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """Printable, encodable and at most about ``limit`` characters long."""
+    text = escape_controls(cap(text, limit))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
