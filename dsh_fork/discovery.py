@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
+from .fsdir import not_regular
 from .generations import (
     SUPPORTED_VERSION,
     Encoding,
@@ -429,6 +430,25 @@ def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> S
     return entry
 
 
+def _odd_generation(dir_text: str) -> SessionEntry | None:
+    """A dir whose canonical name is no regular file (a FIFO, a dir, a dangling link) holds a
+    session nobody can read: named, with its error, never taken for an empty dir."""
+    try:
+        names = sorted(n for n in os.listdir(dir_text) if parse_name(n) is not None)
+    except OSError as exc:
+        return _unlisted(dir_text, exc)
+    if not names:
+        return None
+    path = os.path.join(dir_text, names[-1])
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return _unlisted(dir_text, exc)
+    entry = SessionEntry._from_listing(dir_text, [])
+    entry.error = not_regular(path, mode)
+    return entry
+
+
 def _list_entry(dir_text: str) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
     raw header line of the highest one (validated later, on first use). A dir that cannot be
@@ -438,7 +458,7 @@ def _list_entry(dir_text: str) -> SessionEntry | None:
     except OSError as exc:
         return _unlisted(dir_text, exc)
     if not names:
-        return None
+        return _odd_generation(dir_text)
     entry = SessionEntry._from_listing(dir_text, names)
     version, encoding, name = names[-1]
     try:
@@ -558,6 +578,9 @@ def _located_path(
 def _located(root: Root, session_dir: Path) -> Located:
     generation = select(list_generations(session_dir))
     if generation is None:
+        odd = _odd_generation(str(session_dir))
+        if odd is not None and odd.error is not None:  # a FIFO where the log belongs, say
+            raise odd.error
         raise SessionNotFound(f"{session_dir} holds no session log", path=str(session_dir))
     check_version(generation)
     return Located(root, session_dir, generation)
