@@ -30,6 +30,9 @@ migrated body in one frame stays far below it. Peak memory of a decode stays nea
 whatever the input: a 33 KB frame of RLE blocks claiming a gigabyte is cut off here."""
 MAX_HEADER_PLAINTEXT = 1024 * 1024
 """The bound on a header frame (one line of a few hundred bytes in every DSH log)."""
+MAX_WHOLE_PLAINTEXT = 256 * 1024 * 1024
+"""The bound on the plaintext of a body read whole (v0/v1 logs, whose packed rows are expanded
+in one piece); later generations are indexed frame by frame and need no total bound."""
 MAX_WINDOW_SIZE = 32 * 1024 * 1024
 """The largest window a frame may ask of the decoder (libzstd's own default is 128 MiB; DSH's
 level 3 uses 2 MiB, and even level 19 only 8 MiB)."""
@@ -219,10 +222,37 @@ def _decode_bounded(
 
 
 def decode_many(
-    data: bytes | memoryview, frames: Sequence[Frame], first_index: int = 0
+    data: bytes | memoryview,
+    frames: Sequence[Frame],
+    first_index: int = 0,
+    total_limit: int | None = None,
 ) -> Generator[bytes, None, None]:
-    """Plaintexts of ``frames`` in order, each decoded and checksum-verified; one process."""
-    return _map_part(memoryview(data), frames, _plain, first_index)
+    """Plaintexts of ``frames`` in order, each decoded and checksum-verified; one process.
+
+    Each frame is bounded (``MAX_FRAME_PLAINTEXT``); a caller that keeps every plaintext
+    (a legacy body expanded whole) also bounds their sum with ``total_limit``.
+    """
+    plaintexts = _map_part(memoryview(data), frames, _plain, first_index)
+    if total_limit is None:
+        return plaintexts
+    return _bounded_total(plaintexts, frames, first_index, total_limit)
+
+
+def _bounded_total(
+    plaintexts: Generator[bytes, None, None], frames: Sequence[Frame], first: int, limit: int
+) -> Generator[bytes, None, None]:
+    total = 0
+    with contextlib.closing(plaintexts):
+        for k, plaintext in enumerate(plaintexts):
+            total += len(plaintext)
+            if total > limit:
+                raise _corrupt(
+                    f"the frames up to this one decode to more than {limit:,} bytes "
+                    "(dsh-fork's bound for a log read whole)",
+                    frames[k].start,
+                    first + k,
+                )
+            yield plaintext
 
 
 def _plain(plaintext: bytes) -> bytes:

@@ -539,7 +539,8 @@ def _index_zstd(
         log.torn = TornTail(scan.torn_start, scan.size - scan.torn_start, recovered)
     body = scan.frames[1:]
     if generation.version < 2:
-        _expand_all(log, b"".join(zframes.decode_many(data, body, 1)), where)
+        plaintexts = zframes.decode_many(data, body, 1, zframes.MAX_WHOLE_PLAINTEXT)
+        _expand_all(log, b"".join(plaintexts), where)
         log.collected = [ev for ev in log._expanded or () if ev.type in wanted]
         return log
     log._wanted = wanted

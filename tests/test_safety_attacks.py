@@ -333,7 +333,7 @@ def rle_bomb(blocks: int, byte: bytes = b"a") -> bytes:
 GIB_BLOCKS = 8192  # 8192 x 128 KiB = 1 GiB from 33 KB
 
 
-def _bomb_root(root: Path, *, in_header: bool) -> tuple[str, str]:
+def _bomb_root(root: Path, *, in_header: bool, blocks: int = GIB_BLOCKS) -> tuple[str, str]:
     clock = Clock()
     victim = SessionSpec(id="bombed", created_at=clock(), cwd=CWD)
     victim.turn(clock)
@@ -345,9 +345,9 @@ def _bomb_root(root: Path, *, in_header: bool) -> tuple[str, str]:
     data = log.read_bytes()
     first = zframes.scan(data).frames[0]
     if in_header:
-        log.write_bytes(rle_bomb(GIB_BLOCKS) + data[first.end :])
+        log.write_bytes(rle_bomb(blocks) + data[first.end :])
     else:
-        log.write_bytes(data + rle_bomb(GIB_BLOCKS))
+        log.write_bytes(data + rle_bomb(blocks))
     return "bombed", "unrelated"
 
 
@@ -386,11 +386,15 @@ def _peak_rss_mb(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], f
 MEMORY_BOUND_MB = 300
 
 
+BOMBS = [GIB_BLOCKS, 8 * GIB_BLOCKS] if DEEP else [GIB_BLOCKS]
+
+
+@pytest.mark.parametrize("blocks", BOMBS, ids=lambda b: f"{b // 8192} GiB")
 @pytest.mark.parametrize("in_header", [False, True], ids=["body frame", "header frame"])
 def test_a_gigabyte_rle_bomb_is_corruption_within_the_memory_bound(
-    root: Path, in_header: bool
+    root: Path, in_header: bool, blocks: int
 ) -> None:
-    bombed, unrelated = _bomb_root(root, in_header=in_header)
+    bombed, unrelated = _bomb_root(root, in_header=in_header, blocks=blocks)
 
     inspected, inspect_peak = _peak_rss_mb("--root", root, "inspect", bombed)
     forked, fork_peak = _peak_rss_mb("--root", root, "fork", unrelated, "--no-agents", "--json")
@@ -402,7 +406,8 @@ def test_a_gigabyte_rle_bomb_is_corruption_within_the_memory_bound(
     assert own.returncode == 9, own.stderr
     peaks = (inspect_peak, fork_peak, own_peak)
     assert max(peaks) < MEMORY_BOUND_MB, peaks
-    print(f"peak RSS on the 1 GiB RLE bomb ({'header' if in_header else 'body'}): {peaks} MB")
+    where = "header" if in_header else "body"
+    print(f"peak RSS on the {blocks // 8192} GiB RLE bomb ({where}): {peaks} MB")
     count(f"RLE bombs, 1 GiB from 33 KB (peak RSS < {MEMORY_BOUND_MB} MB)", 3)
 
 
@@ -431,6 +436,11 @@ def test_every_decode_stops_at_its_bound() -> None:
         zframes.decode_torn(bomb[:-3], 0, 0, 1024 * 1024)
     with pytest.raises(DshForkError, match="more than"):
         list(zframes.decode_many(rle_bomb(GIB_BLOCKS), zframes.scan(rle_bomb(GIB_BLOCKS)).frames))
+    two = bomb + bomb
+    frames = zframes.scan(two).frames
+    assert len(b"".join(zframes.decode_many(two, frames, 0, 16 * 1024 * 1024))) == 16 << 20
+    with pytest.raises(DshForkError, match="frames up to this one decode to more than"):
+        list(zframes.decode_many(two, frames, 0, 12 * 1024 * 1024))
 
 
 # -- hard links ----------------------------------------------------------------------------------
