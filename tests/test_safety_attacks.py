@@ -567,7 +567,8 @@ def test_control_characters_in_ids_are_escaped_in_human_output(tree: Path) -> No
     assert result.exit_code == 0, result.stderr
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "\\x1b[2J" in result.stdout
-    assert "forged line" not in result.stdout.splitlines()[-1] or "\\x0a" in result.stdout
+    assert "\\x0aforged line" in result.stdout
+    assert not any(line.startswith("forged line") for line in result.stdout.splitlines())
 
 
 def test_a_header_of_400k_keys_gives_one_short_error_line(root: Path) -> None:
@@ -610,3 +611,31 @@ def test_no_errno_is_lost_when_a_lock_file_is_a_link(tree: Path, tmp_path: Path)
         SessionLock(fork_dir).acquire()
     assert caught.value.errno == errno.ELOOP
     assert not (tmp_path / "lock-target").exists()
+
+
+def test_the_terminal_console_escapes_what_rich_would_pass_through() -> None:
+    import io
+
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from dsh_fork.cli.console import SafeConsole
+
+    hostile = "id\x1b]0;owned\x07\x1b[2J"
+    buffer = io.StringIO()
+    console = SafeConsole(file=buffer, force_terminal=True, no_color=True, width=200)
+    table = Table(title=hostile)
+    table.add_column(hostile)
+    table.add_row(hostile)
+    tree = Tree(Text(hostile, style="bold"))
+    tree.add(Text(hostile))
+    console.print(table)
+    console.print(Panel(Text(hostile), title=hostile))
+    console.print(tree)
+    console.print(hostile, markup=False)
+
+    shown = buffer.getvalue()
+    assert "\x1b]" not in shown and "\x1b[2J" not in shown and "\x07" not in shown
+    assert shown.count("id\\x1b]0;owned") >= 5  # each one shown, escaped

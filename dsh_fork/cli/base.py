@@ -79,9 +79,9 @@ class Out:
     @property
     def console(self) -> Any:
         if self._console is None:
-            from rich.console import Console
+            from .console import SafeConsole  # escapes control characters (display)
 
-            self._console = Console(no_color=not self.color, highlight=False, soft_wrap=False)
+            self._console = SafeConsole(no_color=not self.color, highlight=False, soft_wrap=False)
         return self._console
 
     @property
