@@ -23,7 +23,7 @@ from .generations import (
     scan_names,
     select,
 )
-from .layout import encode_segment, expand_home, resolve_root
+from .layout import decode_segment, encode_segment, expand_home, resolve_root
 from .reader import check_version, peek_fields, read_header, read_header_line
 from .records import Header, LineError, parse_header, parse_line
 
@@ -118,6 +118,12 @@ class SessionEntry:
     @property
     def project(self) -> str:
         return self.session_dir.parent.name
+
+    @property
+    def dir_id(self) -> str | None:
+        """The id the dir name encodes (path binding, format §2.6): what names a session whose
+        header cannot be read, e.g. to match it with a parent's catalog fact."""
+        return decode_segment(self.session_dir.name)
 
     # -- header -----------------------------------------------------------------------------
 

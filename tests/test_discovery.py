@@ -13,7 +13,13 @@ import pytest
 from conftest import NON_CANONICAL_NAMES
 
 from dsh_fork.discovery import Root, locate
-from dsh_fork.errors import CorruptLog, SessionNotFound, UnsupportedFormat, UsageError
+from dsh_fork.errors import (
+    CorruptLog,
+    DshForkError,
+    SessionNotFound,
+    UnsupportedFormat,
+    UsageError,
+)
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.layout import encode_segment
 from dsh_fork.reader import open_log, read_header
@@ -413,3 +419,113 @@ def test_only_a_leading_tilde_is_expanded(
     located = locate("literal", "~nobody/sessions")
     assert located.root.path == (tmp_path / "~nobody" / "sessions").resolve()
     assert locate("literal", None, {"DSH_HOME": "~nobody"}).root.path == located.root.path
+
+
+# -- dirs and logs that cannot be read are named, never dropped (issue 11) -----------------------
+
+
+@pytest.fixture
+def denied(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Paths whose listing or opening fails with EACCES (the sandbox runs as root, so a
+    permission error is simulated at the calls listing makes)."""
+    paths: set[str] = set()
+    real_scandir, real_listdir, real_open = os.scandir, os.listdir, os.open
+
+    def check(path: object) -> None:
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path) in paths:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    def scandir(path: object = ".") -> object:
+        check(path)
+        return real_scandir(path)  # type: ignore[call-overload]
+
+    def listdir(path: object = ".") -> list[str]:
+        check(path)
+        return real_listdir(path)  # type: ignore[call-overload, no-any-return]
+
+    def open_(path: object, *args: object, **kwargs: object) -> int:
+        check(path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "open", open_)
+    return paths
+
+
+def two_sessions(root: Path, clock: Clock) -> tuple[Path, Path]:
+    readable = child(clock, "readable")
+    hidden = child(clock, "hidden")
+    for spec in (readable, hidden):
+        spec.publish(root)
+    return Root(root).find("readable"), Root(root).find("hidden")
+
+
+def test_an_unlistable_session_dir_is_named_with_its_error(
+    root: Path, clock: Clock, denied: set[str]
+) -> None:
+    readable, hidden = two_sessions(root, clock)
+    denied.add(str(hidden))
+
+    listed = Root(root)
+    unreadable = listed.unreadable()
+
+    assert [e.session_dir for e in unreadable] == [hidden]
+    assert unreadable[0].dir_id == "hidden"
+    assert unreadable[0].error is not None
+    assert unreadable[0].error.message == (
+        f"cannot read the session directory {hidden}: Permission denied"
+    )
+    assert [e.session_dir for e in listed.entries()] == [readable]
+    assert listed.encoding() == "zstd"
+    assert Root(root).encoding() == "zstd"  # also without a listing first
+    assert Root(root).find("readable") == readable
+
+
+def test_a_log_that_cannot_be_opened_is_named_with_its_error(
+    root: Path, clock: Clock, denied: set[str]
+) -> None:
+    _, hidden = two_sessions(root, clock)
+    log = hidden / "session.v4.jsonl.zstd"
+    denied.add(str(log))
+
+    unreadable = Root(root).unreadable()
+
+    assert [(e.session_dir, e.dir_id) for e in unreadable] == [(hidden, "hidden")]
+    assert unreadable[0].error is not None
+    assert unreadable[0].error.message == (
+        f"cannot read the session log in {hidden}: Permission denied"
+    )
+
+
+def test_an_unlistable_project_dir_is_named_with_its_error(
+    root: Path, clock: Clock, denied: set[str]
+) -> None:
+    two_sessions(root, clock)
+    other = SessionSpec(id="elsewhere", created_at=clock(), cwd="/other")
+    other.turn(clock)
+    other.publish(root)
+    project = Root(root).find("hidden").parent
+    denied.add(str(project))
+
+    listed = Root(root)
+
+    assert [e.id for e in listed.entries()] == ["elsewhere"]
+    assert [e.session_dir for e in listed.unreadable()] == [project]
+    assert "cannot read the project directory" in str(listed.unreadable()[0].error)
+
+
+def test_a_fifo_where_the_log_belongs_is_named_not_taken_for_an_empty_dir(
+    root: Path, clock: Clock
+) -> None:
+    _, hidden = two_sessions(root, clock)
+    log = hidden / "session.v4.jsonl.zstd"
+    log.unlink()
+    os.mkfifo(log)
+
+    unreadable = Root(root).unreadable()
+
+    assert [e.session_dir for e in unreadable] == [hidden]
+    assert str(unreadable[0].error) == (f"refusing to open {log}: it is a FIFO, not a regular file")
+    with pytest.raises(DshForkError, match="it is a FIFO"):
+        locate(str(hidden), str(root))

@@ -639,3 +639,15 @@ def test_the_terminal_console_escapes_what_rich_would_pass_through() -> None:
     shown = buffer.getvalue()
     assert "\x1b]" not in shown and "\x1b[2J" not in shown and "\x07" not in shown
     assert shown.count("id\\x1b]0;owned") >= 5  # each one shown, escaped
+
+
+def test_an_error_line_is_capped_whatever_its_message(capsys: pytest.CaptureFixture[str]) -> None:
+    def fail_long() -> None:
+        raise DshForkError("bad header keys: " + ", ".join(f"k{k}" for k in range(400_000)))
+
+    with pytest.raises(Exception) as caught:
+        run(Out(json_mode=False), fail_long)
+    assert getattr(caught.value, "exit_code", None) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < MAX_LINE_CHARS + 100
+    assert err.endswith("more characters)\n")
