@@ -158,8 +158,8 @@ def require_regular(fd: int, path: Path | str) -> int:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise not_regular(path, st.st_mode)
-    # Blocking again for the reads and writes that follow (a regular file never blocks).
-    os.set_blocking(fd, True)
+    # O_NONBLOCK stays: it has no effect on a regular file (reads and writes of one never
+    # return EAGAIN), and clearing it would cost two more system calls per open.
     return fd
 
 
