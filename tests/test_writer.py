@@ -21,6 +21,7 @@ from dsh_fork.errors import (
     IoError,
     SessionAlreadyExists,
     SessionLocked,
+    SessionStale,
     UnsupportedFormat,
     UsageError,
 )
@@ -539,3 +540,101 @@ def test_the_lock_file_is_created_when_missing(root: Path, clock: Clock) -> None
     assert mode(session_dir / LOCK_NAME) == 0o600
     with SessionLock(session_dir):
         assert probe(session_dir) == "held"
+
+
+# -- a dir moved away or swapped for a link at the worst moment (issue 11) ---------------------
+
+
+def swap_at(monkeypatch: pytest.MonkeyPatch, kind: str, session_dir: Path, away: Path) -> None:
+    """At the writer's ``kind`` step, move the session dir out of the root and put a link to
+    it in its place: writes through the held descriptor would now land outside the root."""
+    real_step = faults.step
+
+    def step(step_kind: str, path: Path | str) -> None:
+        if step_kind == kind and not away.exists():
+            os.rename(session_dir, away)
+            session_dir.symlink_to(away, target_is_directory=True)
+        real_step(step_kind, path)
+
+    monkeypatch.setattr(faults, "step", step)
+
+
+@pytest.mark.parametrize("kind", ["create", "write", "fsync", "link"])
+def test_a_session_dir_moved_out_during_publish_is_left_without_a_session(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    session_dir = new_dir(root)
+    away = tmp_path / "away"
+    swap_at(monkeypatch, kind, session_dir, away)
+
+    with pytest.raises(SessionStale, match="moved or replaced while it was being written"):
+        publish(session_dir, header_line(), Body(), keep_lock=False)
+
+    assert sorted(os.listdir(away)) == [LOCK_NAME]  # no log, no temp: only what moved with it
+    assert session_dir.is_symlink()
+
+
+def test_a_session_dir_moved_out_during_append_is_not_appended_to(
+    root: Path, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_dir, _ = existing(root, clock)
+    lock = SessionLock(session_dir).acquire()
+    away = tmp_path / "away"
+    before = (session_dir / CURRENT_NAME).read_bytes()
+    os.rename(session_dir, away)
+    session_dir.symlink_to(away, target_is_directory=True)
+    try:
+        with pytest.raises(SessionStale, match="moved or replaced"):
+            append(session_dir, titles("a"), lock=lock)
+    finally:
+        lock.release()
+    assert (away / CURRENT_NAME).read_bytes() == before
+
+
+def test_a_log_replaced_between_the_read_and_the_append_is_not_appended_to(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_dir, _ = existing(root, clock)
+    log = session_dir / CURRENT_NAME
+    original = log.read_bytes()
+
+    def build(read: SessionLog, facts: Facts) -> list[NewEvent]:
+        log.rename(session_dir / "kept-aside")
+        log.write_bytes(original)  # same bytes, another file
+        return [("session/title", 7, {"title": "x", "messageSeqs": []})]
+
+    with pytest.raises(SessionStale, match="replaced while it was being read"):
+        append(session_dir, build)
+    assert log.read_bytes() == original
+    assert (session_dir / "kept-aside").read_bytes() == original
+
+
+def test_a_hard_linked_log_is_never_changed_in_place(root: Path, clock: Clock) -> None:
+    session_dir, _ = existing(root, clock)
+    log = session_dir / CURRENT_NAME
+    backup = root.parent / "backup.zstd"
+    os.link(log, backup)
+    before = backup.read_bytes()
+
+    with pytest.raises(IoError, match="it has 2 hard links") as caught:
+        append(session_dir, titles("a"))
+
+    assert backup.read_bytes() == before == log.read_bytes()
+    assert caught.value.exit_code == 1
+    assert "cp without -l" in caught.value.message
+
+
+def test_a_hard_linked_log_with_a_torn_tail_is_not_repaired_in_place(
+    root: Path, clock: Clock
+) -> None:
+    session_dir, _ = existing(root, clock)
+    log = session_dir / CURRENT_NAME
+    with log.open("ab") as handle:
+        handle.write(zframes.encode(b"x" * 1000)[:20])
+    backup = root.parent / "backup.zstd"
+    os.link(log, backup)
+    before = backup.read_bytes()
+
+    with pytest.raises(IoError, match="hard links"):
+        append(session_dir, titles("a"))
+    assert backup.read_bytes() == before
