@@ -192,21 +192,15 @@ class DirChain:
         return self.session.path
 
     @classmethod
-    def open(cls, session_dir: Path, *, create: bool = False) -> DirChain:
-        """Open (with ``create``: make, 0700) the project and session dirs below the root
-        ``session_dir.parent.parent``, which must exist. Created dirs' parents are fsynced."""
+    def open(cls, session_dir: Path) -> DirChain:
+        """Open the project and session dirs below the root ``session_dir.parent.parent``,
+        each relative to its parent's descriptor and never through a link."""
         root_path = session_dir.parent.parent
         root = DirFd.open(root_path, root_path)
         opened = [root]
         try:
-            parent = root
             for path in (session_dir.parent, session_dir):
-                created = create and parent.mkdir(path.name)
-                child = DirFd.open(path.name, path, parent)
-                opened.append(child)
-                if created:
-                    parent.fsync()
-                parent = child
+                opened.append(DirFd.open(path.name, path, opened[-1]))
             return cls(opened[0], opened[1], opened[2])
         except BaseException:
             for handle in opened:

@@ -82,9 +82,9 @@ class SessionLock:
             raise RuntimeError(f"the lock of {self.session_dir} is not held")
         return self._dirs
 
-    def acquire(self, *, create: bool = False) -> SessionLock:
-        """Take the lock; with ``create``, the project and session dirs are made if missing."""
-        dirs = DirChain.open(self.session_dir, create=create)
+    def acquire(self) -> SessionLock:
+        """Take the lock through the session dir's descriptor, then verify the dir chain."""
+        dirs = DirChain.open(self.session_dir)
         try:
             self._fd = self._lock(dirs)
             dirs.verify()

@@ -5,6 +5,11 @@ A new session appears the way DSH materialises one: the canonical file name is c
 session or a complete one. Appends are one checksummed frame each, under ``session.lock``, rolled
 back on failure. Every step goes through ``faults`` so tests can fail or crash after any of them.
 
+Every write is made relative to the descriptors of the dirs it resolved, from the root down
+(``fsdir``), and is checked under the lock to still be the dir those names lead to: a session
+or project dir swapped for a symbolic link, or moved, fails the write instead of sending it out
+of the root. A log with more than one hard link is never changed in place (``append``).
+
 Every ``OSError`` the public functions meet (disk full, permission denied, read-only
 filesystem, I/O error) leaves them as one ``IoError`` naming the path (``_io``), after the
 step's own cleanup ran. Temp files carry a name of their own (``own_temp_name``), so a later

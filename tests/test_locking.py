@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import dsh_fork
-from dsh_fork.errors import SessionLocked
+from dsh_fork.errors import IoError, SessionLocked
 from dsh_fork.locking import SessionLock, lock_path, probe
 
 PACKAGE = Path(dsh_fork.__file__).resolve().parent
@@ -148,3 +148,20 @@ def test_the_source_never_uses_posix_record_locks() -> None:
     for source in sources:
         assert not code_names(source) & forbidden, source
     assert "flock" in code_names(PACKAGE / "locking.py")
+
+
+def test_a_fifo_as_lock_file_is_refused_without_blocking(session_dir: Path) -> None:
+    os.mkfifo(lock_path(session_dir))
+
+    assert probe(session_dir) == "unknown"  # a FIFO says nothing about liveness
+    with pytest.raises(IoError, match="it is a FIFO, not a regular file"):
+        SessionLock(session_dir).acquire()
+
+
+def test_the_lock_holds_the_dir_it_locked(session_dir: Path) -> None:
+    with SessionLock(session_dir) as lock:
+        held = lock.dirs.session
+        assert (held.dev, held.ino) == (session_dir.stat().st_dev, session_dir.stat().st_ino)
+        lock.dirs.verify()
+    with pytest.raises(RuntimeError):
+        _ = lock.dirs
