@@ -265,6 +265,7 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
     (the temp is an ignored name the next run sweeps), and a failing dir fsync raises an
     ``IoError`` that says the session was published.
     """
+    payload = [zframes.encode(header_line), *body.encoded()]  # before the lock: pure work
     lock = SessionLock(session_dir).acquire()
     handle = lock.dirs.session
     temp: str | None = None
@@ -277,7 +278,7 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
         final = session_dir / CURRENT_NAME
         temp = own_temp_name()
         temp_path = handle.entry(temp)
-        payload = [zframes.encode(header_line), *body.encoded()]
+        lock.dirs.verify()  # the last moment before the first byte is created
         faults.step("create", temp_path)
         fd = handle.open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         faults.done("create", temp_path)
