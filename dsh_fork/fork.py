@@ -114,7 +114,7 @@ def fork(
     types = [PRESET_TYPE, CATALOG_TYPE] if agents else [PRESET_TYPE]
     # Every frame is decoded and checksum-verified; the frames copied verbatim are checked at
     # their edges, the frame holding the boundary line by line (reader.open_log).
-    log = open_log(generation, collect=types, count_lines=False)
+    log = open_log(generation, collect=types)
     facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
     last = -1 if boundary is None else boundary
@@ -140,7 +140,7 @@ def fork(
     if log.torn is not None:
         result.warnings.append(
             f"the source has a torn tail ({log.torn.size} bytes at offset {log.torn.offset}); "
-            "only its complete frames are forked"
+            f"{len(log.recovered)} complete lines of it are forked, as DSH keeps them"
         )
     if dry_run:
         if agents:

@@ -89,9 +89,8 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
         start = pos
         index = len(frames)
         if size - pos < 4:
-            # A torn write leaves a prefix of the magic; other short bytes are garbage.
-            if not _MAGIC_BYTES.startswith(bytes(buf[pos:])):
-                raise _corrupt("bad frame magic", pos, index)
+            # Fewer than 4 bytes cannot hold a magic: DSH takes them for a torn tail whatever
+            # they are (a torn write leaves a prefix of the magic, a power loss zero bytes).
             return FrameScan(tuple(frames), start, size)
         magic = int.from_bytes(buf[pos : pos + 4], "little")
         if magic != ZSTD_MAGIC:

@@ -26,7 +26,7 @@ from .errors import CorruptLog, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
 from .model import MODEL_TYPES, Facts
-from .reader import Chunk, SessionLog, open_log, parse_recovered, peek_fields
+from .reader import Chunk, FramedLog, SessionLog, open_log, parse_recovered, peek_fields
 from .records import (
     MISSING,
     Event,
@@ -368,7 +368,7 @@ def _frame_stats(log: SessionLog) -> FrameStats | None:
     if log.generation.encoding != "zstd":
         return None
     header_frame = zframes.scan(log.data, limit=1).frames[0]
-    frames = [header_frame] + [c.frame for c in log.chunks if c.frame is not None]
+    frames = [header_frame, *log.body_frames]
     largest = max(range(len(frames)), key=lambda i: frames[i].size)
     return FrameStats(
         count=len(frames),
@@ -386,7 +386,7 @@ def _where(error: CorruptLog, path: Path) -> CorruptLog:
     return CorruptLog(f"{path}: {error.message}", **error.details)
 
 
-def _run_parts(log: SessionLog, whole: _Pass, events: bool) -> None:
+def _run_parts(log: FramedLog, whole: _Pass, events: bool) -> None:
     """One pass over every event, split with a child process on a large log: the child
     checks the later part from a turn's start while this process checks the earlier part;
     its result is taken only when it continues this one exactly (else this process checks
@@ -412,13 +412,14 @@ def _run_parts(log: SessionLog, whole: _Pass, events: bool) -> None:
             whole.run(log.part_events(0, count, 0, whole.chunks))
         else:
             whole.run(log.part_events(0, k, 0, whole.chunks))
-            next_seq = whole.chunks[-1].first_seq + whole.chunks[-1].count if whole.chunks else 0
+            next_seq = whole.chunks[-1].end_seq if whole.chunks else 0
             part = child.result()
             if not (isinstance(part, _Pass) and next_seq == first_seq and whole.absorb(part)):
                 whole.run(log.part_events(k, count, next_seq, whole.chunks))
     finally:
         if child is not None:
             child.cancel()
+    whole.run(log.tail_events(whole.chunks[-1].end_seq if whole.chunks else 0, whole.chunks))
     log.adopt_index(whole.chunks)
 
 
@@ -472,7 +473,7 @@ class _Pass:
         return True
 
 
-def _later_part(log: SessionLog) -> tuple[int, int, int] | None:
+def _later_part(log: FramedLog) -> tuple[int, int, int] | None:
     """Where a child may take over a large log: (frame, first seq, turn number) of a frame
     about the middle that starts with a ``turn/start``, the one point where the checks'
     state is known without the events before it; None for a small log or none found."""
@@ -509,10 +510,10 @@ def _inspect(located: Located, *, events: bool) -> InspectReport:
     whole = _Pass(Validator(log.header, log.version), Facts(log.header, 0))
     whole.lines = [] if events else None
     try:
-        if log.version < 2 or not log.pending_frames:
-            whole.run(log.events())
-        else:
+        if isinstance(log, FramedLog) and log.pending_frames:
             _run_parts(log, whole, events)
+        else:
+            whole.run(log.events())
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
     validator, facts = whole.validator, whole.facts

@@ -77,12 +77,9 @@ def decode_segment(name: str) -> str | None:
 
 
 def is_absolute_cwd(cwd: str) -> bool:
-    """POSIX or Windows absolute forms are accepted when reading (format §2.6)."""
-    if cwd.startswith("/"):
-        return True
-    if len(cwd) >= 3 and cwd[0].isascii() and cwd[0].isalpha() and cwd[1] == ":":
-        return cwd[2] in "\\/"
-    return cwd.startswith("\\\\")
+    """POSIX absolute only: DSH on POSIX refuses a header whose cwd is a Windows path such as
+    ``C:/ws`` ("first line is not a session header"), so dsh-fork refuses it too."""
+    return cwd.startswith("/")
 
 
 def expand_home(value: str | os.PathLike[str]) -> Path:

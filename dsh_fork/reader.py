@@ -1,17 +1,26 @@
 """Reading one session log: stable read, header, frame index, lazy event access (format §13).
 
-A log is indexed frame by frame: every complete frame is decoded once (checksums verified, line
-boundaries checked, lines counted) while only the lines a caller asks for are parsed. That keeps
-a fork of a 100 MB log from parsing 300,000 JSON lines it only copies.
+One reading interface (``SessionLog``), two representations:
+
+- ``FramedLog``, a v2+ log: JSON lines in zstd frames (or one plain body), indexed by a
+  ``FrameIndex`` of line-aligned runs of frames. Every complete frame is decoded once and
+  every line's envelope is checked (a fork copies only lines DSH accepts), while only the
+  lines a caller asks for are parsed into events.
+- ``PackedLog``, a v0/v1 log: its packed rows are expanded into events once.
+
+The container is read as DSH reads it: the complete frames' plaintexts are one text (a record
+may span a frame edge, a frame may be empty) that must end on a line boundary, and the complete
+lines of a torn final frame that parse and continue the seqs are events too (format §5.3).
 """
 
 from __future__ import annotations
 
+import abc
 import bisect
 import builtins
 import contextlib
+import dataclasses
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +34,7 @@ from .records import (
     Event,
     Header,
     LineError,
-    nonneg_int,
+    dense_run,
     parse_event,
     parse_header,
     parse_line,
@@ -37,8 +46,6 @@ HEADER_PROBE_BYTES = 16 * 1024
 HEADER_FIRST_READ = 4 * 1024
 HEADER_MAX_READ = 2 * zframes.MAX_HEADER_PLAINTEXT
 """A compressed header frame never exceeds its plaintext by much (raw blocks add 3 bytes each)."""
-# re finds a two-byte needle ~2.5x faster than ``bytes.__contains__``.
-_EMPTY_LINE = re.compile(b"\n\n")
 
 Identity = tuple[int, int, int, int, int]
 
@@ -74,56 +81,73 @@ def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
 
 @dataclass(frozen=True, slots=True)
 class TornTail:
-    """An incomplete final frame (or final line): what DSH would truncate and recover."""
+    """An incomplete final frame (or final line): what DSH truncates on its next write.
+
+    ``recovered`` holds its complete lines; those that parse and continue the seqs are kept
+    as events (``SessionLog.recovered``), as DSH keeps them.
+    """
 
     offset: int
     size: int
     recovered: tuple[bytes, ...]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Chunk:
-    """A run of body lines: one zstd frame, or the whole body of a plain log."""
+    """A run of whole body lines: adjacent zstd frames whose plaintexts end on a line boundary
+    (usually one frame), the whole body of a plain log (no frames), or the kept lines of a torn
+    tail (no frames, ``recovered``)."""
 
-    frame: zframes.Frame | None
+    frames: tuple[zframes.Frame, ...]
     first_seq: int
     count: int
-    lines: int
-
-
-@dataclass
-class SessionLog:
-    """The committed part of one generation file, indexed but not fully parsed."""
-
-    generation: Generation
-    data: bytes
-    identity: Identity
-    header: Header
-    header_end: int
-    chunks: list[Chunk] = field(default_factory=list)
-    torn: TornTail | None = None
-    _count: int = 0
-    collected: list[Event] = field(default_factory=list)
-    _expanded: list[Event] | None = None
-    _cache: tuple[int, list[bytes]] | None = None
-    _unindexed: tuple[zframes.Frame, ...] | None = None
-    """Body frames not indexed yet (``open_log(index=False)``): the first full ``events()``
-    pass indexes them, any other access indexes them first."""
-    _wanted: frozenset[str] = frozenset()
+    first_frame: int = 0
+    """Index of ``frames[0]`` among the body frames (frame ``first_frame + 2`` of the file)."""
+    recovered: bool = False
 
     @property
-    def event_count(self) -> int:
-        self._require_index()
-        return self._count
+    def end_seq(self) -> int:
+        return self.first_seq + self.count
 
-    @event_count.setter
-    def event_count(self, value: int) -> None:
-        self._count = value
 
-    def _require_index(self) -> None:
-        if self._unindexed is not None:
-            frames, self._unindexed = self._unindexed, None
-            _build_index(self, frames, self._wanted)
+@dataclass(slots=True)
+class FrameIndex:
+    """Where each seq lives: the chunks in seq order. Built in one pass, in parts (a pass split
+    between processes) or by the parallel summaries of ``build``."""
+
+    chunks: list[Chunk] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return self.chunks[-1].end_seq if self.chunks else 0
+
+    def chunk_of(self, seq: int) -> int:
+        starts = [c.first_seq for c in self.chunks]
+        return bisect.bisect_right(starts, seq) - 1
+
+
+class SessionLog(abc.ABC):
+    """The committed part of one generation file (plus what DSH recovers of a torn tail)."""
+
+    def __init__(
+        self,
+        generation: Generation,
+        data: bytes,
+        identity: Identity,
+        header: Header,
+        header_end: int,
+        body_frames: tuple[zframes.Frame, ...],
+        torn: TornTail | None,
+    ) -> None:
+        self.generation = generation
+        self.data = data
+        self.identity = identity
+        self.header = header
+        self.header_end = header_end
+        self.body_frames = body_frames
+        """Every complete frame after the header frame (empty for a plain log)."""
+        self.torn = torn
+        self.collected: list[Event] = []
 
     @property
     def path(self) -> Path:
@@ -141,62 +165,249 @@ class SessionLog:
     def where(self) -> str:
         return str(self.path)
 
+    @property
+    @abc.abstractmethod
+    def event_count(self) -> int:
+        """Events DSH restores: the committed ones and the kept lines of a torn tail."""
+
+    @property
+    @abc.abstractmethod
+    def recovered(self) -> tuple[bytes, ...]:
+        """The torn tail's lines DSH keeps (and re-appends on its next write)."""
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        return []
+
+    @property
+    def pending_frames(self) -> tuple[zframes.Frame, ...]:
+        """Body frames not indexed yet (``open_log(index=False)``)."""
+        return ()
+
+    @abc.abstractmethod
+    def event(self, seq: int) -> Event:
+        """Random access to one event by seq."""
+
+    @abc.abstractmethod
+    def events(self, types: Iterable[str] | None = None) -> Iterator[Event]:
+        """Events in seq order; with ``types``, only events of those types."""
+
+    @abc.abstractmethod
+    def last_event(self, types: Iterable[str], through: int) -> Event | None:
+        """The last event of ``types`` at or before seq ``through``, or None."""
+
+    def raw_lines(self, first: int, last: int) -> Iterator[bytes]:
+        """Stored line bytes (without 0x0A) of events ``first..last`` inclusive (v2+ only)."""
+        raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
+
+    def prefix_run(self, last: int) -> tuple[bytes, int, bytes]:
+        """The body through seq ``last`` as (whole frames' bytes, how many chunks, plaintext)."""
+        raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
+
+    def prefix(self, last: int) -> tuple[list[bytes], bytes]:
+        """``prefix_run`` with the whole frames one by one."""
+        raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
+
+    def whole_frames(self, last: int) -> int:
+        """How many leading chunks hold only events ``0..last`` (0 for a packed or plain log)."""
+        return 0
+
+
+class PackedLog(SessionLog):
+    """A v0/v1 log: packed rows expanded into events once (format §9)."""
+
+    def __init__(
+        self,
+        generation: Generation,
+        data: bytes,
+        identity: Identity,
+        header: Header,
+        header_end: int,
+        body_frames: tuple[zframes.Frame, ...],
+        torn: TornTail | None,
+        body: bytes,
+    ) -> None:
+        super().__init__(generation, data, identity, header, header_end, body_frames, torn)
+        where = self.where
+        events: list[Event] = []
+        for line in split_lines(body, where=where):
+            events.extend(parse_v0_line(line, len(events), where=where))
+        kept: list[bytes] = []
+        for line in torn.recovered if torn is not None else ():
+            try:
+                events.extend(parse_v0_line(line, len(events), where=where))
+            except CorruptLog:
+                break
+            kept.append(line)
+        seed_length = header.seed_length
+        if seed_length is not None and seed_length > len(events):
+            raise CorruptLog(
+                f"{where}: header seedLength {seed_length} exceeds the {len(events)} events "
+                "(format §7.4)"
+            )
+        self._events = events
+        self._kept = tuple(kept)
+
+    @property
+    def event_count(self) -> int:
+        return len(self._events)
+
+    @property
+    def recovered(self) -> tuple[bytes, ...]:
+        return self._kept
+
+    def event(self, seq: int) -> Event:
+        if not 0 <= seq < len(self._events):
+            raise IndexError(seq)
+        return self._events[seq]
+
+    def events(self, types: Iterable[str] | None = None) -> Iterator[Event]:
+        wanted = None if types is None else frozenset(types)
+        for ev in self._events:
+            if wanted is None or ev.type in wanted:
+                yield ev
+
+    def last_event(self, types: Iterable[str], through: int) -> Event | None:
+        wanted = frozenset(types)
+        for ev in reversed(self._events[: through + 1] if through >= 0 else []):
+            if ev.type in wanted:
+                return ev
+        return None
+
+
+class FramedLog(SessionLog):
+    """A v2+ log: lines in zstd frames, or one plain body, behind a ``FrameIndex``.
+
+    The index is built at open, or (``index=False``) by the first full ``events()`` pass or a
+    pass in parts (``part_events``, ``tail_events``, ``adopt_index``); any other access builds
+    it first.
+    """
+
+    def __init__(
+        self,
+        generation: Generation,
+        data: bytes,
+        identity: Identity,
+        header: Header,
+        header_end: int,
+        body_frames: tuple[zframes.Frame, ...],
+        torn: TornTail | None,
+        *,
+        wanted: frozenset[str] = frozenset(),
+    ) -> None:
+        super().__init__(generation, data, identity, header, header_end, body_frames, torn)
+        self._index: FrameIndex | None = None
+        self._wanted = wanted
+        self._kept: tuple[bytes, ...] = ()
+        self._cache: tuple[int, list[bytes]] | None = None
+
+    # -- the index --------------------------------------------------------------------------
+
+    @property
+    def index(self) -> FrameIndex:
+        if self._index is None:
+            chunks, collected = _index_frames(self.data, self.body_frames, self._wanted, self.where)
+            collected.extend(self._finish(chunks, chunks[-1].end_seq if chunks else 0))
+            self._index = FrameIndex(chunks)
+            self.collected = collected
+        return self._index
+
+    def _adopt(self, chunks: list[Chunk], collected: list[Event] | None = None) -> None:
+        self._index = FrameIndex(chunks)
+        if collected is not None:
+            self.collected = collected
+
+    def _finish(self, chunks: list[Chunk], next_seq: int) -> list[Event]:
+        """Keep the torn tail's recoverable lines as the last chunk; their wanted events."""
+        events = list(self._tail(next_seq, chunks))
+        return [ev for ev in events if ev.type in self._wanted]
+
+    def _tail(self, next_seq: int, chunks: list[Chunk]) -> Iterator[Event]:
+        kept: list[bytes] = []
+        events: list[Event] = []
+        for line in self.torn.recovered if self.torn is not None else ():
+            try:
+                events.append(parse_event(line, next_seq + len(kept), where=self.where))
+            except CorruptLog:
+                break
+            kept.append(line)
+        self._kept = tuple(kept)
+        if kept:
+            chunks.append(Chunk((), next_seq, len(kept), len(self.body_frames), recovered=True))
+        yield from events
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        return self.index.chunks
+
+    @property
+    def event_count(self) -> int:
+        return self.index.count
+
+    @property
+    def recovered(self) -> tuple[bytes, ...]:
+        self.index  # noqa: B018  (the kept lines are known once the committed count is)
+        return self._kept
+
+    @property
+    def pending_frames(self) -> tuple[zframes.Frame, ...]:
+        return self.body_frames if self._index is None else ()
+
+    def part_events(
+        self, start: int, stop: int, first_seq: int, chunks: list[Chunk]
+    ) -> Iterator[Event]:
+        """Every event of pending frames ``start..stop-1``, checked and numbered from
+        ``first_seq``; each run's ``Chunk`` is appended to ``chunks`` once its events are out.
+        For a pass split between processes (``inspect``); ``tail_events`` and ``adopt_index``
+        end it."""
+        yield from _run_events(
+            self.data, self.pending_frames[start:stop], start, first_seq, self.where, chunks
+        )
+
+    def tail_events(self, next_seq: int, chunks: list[Chunk]) -> Iterator[Event]:
+        """The torn tail's kept events after a pass in parts (its chunk goes to ``chunks``)."""
+        return self._tail(next_seq, chunks)
+
+    def adopt_index(self, chunks: list[Chunk]) -> None:
+        """The index of every pending frame, built by ``part_events`` passes."""
+        self._adopt(chunks)
+
     # -- lines ------------------------------------------------------------------------------
 
     def _chunk_plaintext(self, index: int) -> bytes:
         chunk = self.chunks[index]
-        if chunk.frame is None:
+        if chunk.recovered:
+            return b"".join(line + b"\n" for line in self._kept)
+        if not chunk.frames:
             end = self.torn.offset if self.torn else len(self.data)
             return self.data[self.header_end : end]
-        return zframes.decode(self.data, chunk.frame, index + 1)
+        if len(chunk.frames) == 1:
+            return zframes.decode(self.data, chunk.frames[0], chunk.first_frame + 1)
+        return b"".join(zframes.decode_many(self.data, chunk.frames, chunk.first_frame + 1))
 
     def chunk_lines(self, index: int) -> list[bytes]:
-        self._require_index()
         if self._cache is not None and self._cache[0] == index:
             return self._cache[1]
         lines = split_lines(self._chunk_plaintext(index), where=self.where)
-        chunk = self.chunks[index]
-        if len(lines) != chunk.count:  # an index built without counting lines is held to it
-            raise CorruptLog(
-                f"{self.where}: frame {index + 2} holds {len(lines)} lines, but its seqs "
-                f"{chunk.first_seq}..{chunk.first_seq + chunk.count - 1} need {chunk.count}",
-                frame=index + 1,
-            )
         self._cache = (index, lines)
         return lines
-
-    def _chunk_of(self, seq: int) -> int:
-        self._require_index()
-        starts = [c.first_seq for c in self.chunks]
-        return bisect.bisect_right(starts, seq) - 1
 
     # -- events -----------------------------------------------------------------------------
 
     def event(self, seq: int) -> Event:
-        """Random access to one event by seq."""
         if not 0 <= seq < self.event_count:
             raise IndexError(seq)
-        if self._expanded is not None:
-            return self._expanded[seq]
-        index = self._chunk_of(seq)
+        index = self.index.chunk_of(seq)
         chunk = self.chunks[index]
         line = self.chunk_lines(index)[seq - chunk.first_seq]
         return parse_event(line, seq, where=self.where)
 
     def events(self, types: Iterable[str] | None = None) -> Iterator[Event]:
-        """Events in seq order; with ``types``, only events of those types are parsed.
-
-        The type filter looks for the quoted type name in the raw line, as JSON.stringify and
-        orjson write it; every candidate is parsed and checked, so a mention inside a message
-        is not mistaken for an event of that type.
-        """
+        """The type filter looks for the quoted type name in the raw line, as JSON.stringify
+        and orjson write it; every candidate is parsed and checked, so a mention inside a
+        message is not mistaken for an event of that type."""
         wanted = None if types is None else frozenset(types)
-        if self._expanded is not None:
-            for ev in self._expanded:
-                if wanted is None or ev.type in wanted:
-                    yield ev
-            return
-        if self._unindexed is not None:
+        if self._index is None and self.body_frames:
             yield from self._index_pass(wanted)
             return
         tokens = None if wanted is None else type_tokens(wanted)
@@ -218,76 +429,32 @@ class SessionLog:
         The index (and ``collected``) is kept only when the pass reaches the end; an abandoned
         pass leaves the log unindexed, to be indexed on its next use.
         """
-        frames = self._unindexed
-        assert frames is not None
         collect = self._wanted
         chunks: list[Chunk] = []
         collected: list[Event] = []
-        for ev in self.part_events(0, len(frames), 0, chunks):
-            if ev.type in collect:
-                collected.append(ev)
-            if wanted is None or ev.type in wanted:
-                yield ev
-        if self._unindexed is frames:
-            self.adopt_index(chunks)
-            self.collected = collected
-
-    @property
-    def pending_frames(self) -> tuple[zframes.Frame, ...]:
-        """The body frames of a log opened with ``index=False`` and not indexed yet."""
-        return self._unindexed or ()
-
-    def part_events(
-        self, start: int, stop: int, first_seq: int, chunks: list[Chunk]
-    ) -> Iterator[Event]:
-        """Every event of pending frames ``start..stop-1``, checked and numbered from
-        ``first_seq``; each frame's ``Chunk`` is appended to ``chunks`` once its events are
-        out. For a pass split between processes (``inspect``); ``adopt_index`` ends it."""
-        frames = self.pending_frames[start:stop]
-        where = self.where
-        seq = first_seq
-        plaintexts = zframes.decode_many(self.data, frames, start + 1)
-        with contextlib.closing(plaintexts):
-            for i, (frame, plaintext) in enumerate(zip(frames, plaintexts, strict=True), start):
-                problem = _shape_problem(plaintext)
-                if problem is not None:
-                    raise _frame_error(problem, i, where)
-                lines = plaintext[:-1].split(b"\n")
-                first = seq
-                try:
-                    for line in lines:
-                        yield parse_event(line, seq, where=where)
-                        seq += 1
-                except CorruptLog:
-                    if b"" in lines:  # an empty line is named as such, not as bad JSON
-                        raise _frame_error("empty line", i, where) from None
-                    raise
-                chunks.append(Chunk(frame, first, len(lines), len(lines)))
-
-    def adopt_index(self, chunks: list[Chunk]) -> None:
-        """The index of every pending frame, built by ``part_events`` passes."""
-        self._unindexed = None
-        self.chunks = chunks
-        self._count = chunks[-1].first_seq + chunks[-1].count if chunks else 0
+        body = self.body_frames
+        passes = (
+            self.part_events(0, len(body), 0, chunks),
+            _later(lambda: self.tail_events(chunks[-1].end_seq if chunks else 0, chunks)),
+        )
+        for part in passes:
+            for ev in part:
+                if ev.type in collect:
+                    collected.append(ev)
+                if wanted is None or ev.type in wanted:
+                    yield ev
+        if self._index is None:
+            self._adopt(chunks, collected)
 
     def last_event(self, types: Iterable[str], through: int) -> Event | None:
-        """The last event of ``types`` at or before seq ``through``, or None.
-
-        Reads back from ``through`` one frame at a time and parses only candidate lines, so a
-        question about one seq (which turn event governs it?) costs a frame or two, not a parse
-        of every event of those types in the log.
-        """
+        """Reads back from ``through`` one chunk at a time and parses only candidate lines, so
+        a question about one seq (which turn event governs it?) costs a frame or two."""
         wanted = frozenset(types)
-        if self._expanded is not None:
-            for ev in reversed(self._expanded[: through + 1]):
-                if ev.type in wanted:
-                    return ev
-            return None
-        self._require_index()
-        if through < 0 or not self.chunks:
+        if through < 0 or not self.chunks or self.event_count == 0:
             return None
         tokens = type_tokens(wanted)
-        for index in range(self._chunk_of(min(through, self.event_count - 1)), -1, -1):
+        start = self.index.chunk_of(min(through, self.event_count - 1))
+        for index in range(start, -1, -1):
             first = self.chunks[index].first_seq
             hits = list(_matching_lines(self._chunk_plaintext(index), tokens))
             for offset, line in reversed(hits):
@@ -299,45 +466,32 @@ class SessionLog:
         return None
 
     def raw_lines(self, first: int, last: int) -> Iterator[bytes]:
-        """Stored line bytes (without 0x0A) of events ``first..last`` inclusive (v2+ only)."""
-        if self._expanded is not None:
-            raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
-        self._require_index()
         for index, chunk in enumerate(self.chunks):
-            lo, hi = chunk.first_seq, chunk.first_seq + chunk.count - 1
-            if hi < first or lo > last:
+            lo, hi = chunk.first_seq, chunk.end_seq - 1
+            if hi < first or lo > last or chunk.count == 0:
                 continue
             lines = self.chunk_lines(index)
             yield from lines[max(first, lo) - lo : min(last, hi) - lo + 1]
 
     def prefix(self, last: int) -> tuple[list[bytes], bytes]:
-        """The body through seq ``last`` as (whole compressed frames, re-framed plaintext).
-
-        Frames that lie wholly inside the prefix are returned byte for byte; only the frame
-        holding ``last`` is cut, and its lines are returned as plaintext to be re-encoded.
-        """
+        """Frames that lie wholly inside the prefix are returned byte for byte; only the run
+        holding ``last`` is cut, and its lines are returned as plaintext to be re-encoded."""
         run, whole, tail = self.prefix_run(last)
         if not whole:
             return [], tail
-        frames = [chunk.frame for chunk in self.chunks[:whole]]
-        start = frames[0].start if frames[0] is not None else 0
-        return [run[f.start - start : f.end - start] for f in frames if f is not None], tail
+        frames = [f for chunk in self.chunks[:whole] for f in chunk.frames]
+        start = frames[0].start
+        return [run[f.start - start : f.end - start] for f in frames], tail
 
     def prefix_run(self, last: int) -> tuple[bytes, int, bytes]:
-        """``prefix`` as one run: (the whole frames' bytes, how many frames, plaintext tail).
-
-        The whole frames are adjacent in the file, so they are copied as one run and written
-        with one call (a fork of a 100 MB log copies thousands of them).
-        """
-        if self._expanded is not None:
-            raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
+        """The whole frames are adjacent in the file, so they are copied as one run and written
+        with one call (a fork of a 100 MB log copies thousands of them)."""
         if last < 0:
             return b"", 0, b""
         whole = self.whole_frames(last)
         run = b""
         if whole:
-            first, end = self.chunks[0].frame, self.chunks[whole - 1].frame
-            assert first is not None and end is not None
+            first, end = self.chunks[0].frames[0], self.chunks[whole - 1].frames[-1]
             run = self.data[first.start : end.end]
         tail = b""
         if whole < len(self.chunks) and self.chunks[whole].first_seq <= last:
@@ -347,14 +501,17 @@ class SessionLog:
         return run, whole, tail
 
     def whole_frames(self, last: int) -> int:
-        """How many leading body frames hold only events ``0..last`` (0 for a plain log)."""
-        self._require_index()
         whole = 0
         for chunk in self.chunks:
-            if chunk.frame is None or chunk.first_seq + chunk.count - 1 > last:
+            if not chunk.frames or chunk.end_seq - 1 > last:
                 break
             whole += 1
         return whole
+
+
+def _later(make: Callable[[], Iterator[Event]]) -> Iterator[Event]:
+    """``make()``'s events, made only when the first is asked for."""
+    yield from make()
 
 
 def type_tokens(types: Iterable[str]) -> list[bytes]:
@@ -396,6 +553,124 @@ def _matching_lines(plaintext: bytes, tokens: list[bytes]) -> Iterator[tuple[int
         last_start = start
         end = plaintext.find(b"\n", pos)
         yield line_no, plaintext[start:end]
+
+
+# -- building the index -----------------------------------------------------------------------
+
+
+_FrameSummary = tuple[int, int, list[tuple[int, bytes]]]
+"""What indexing needs from one frame: (first seq, line count, candidate lines), first seq -1
+when the frame does not hold whole checked lines. Plain values, so that a child process can
+compute and send it."""
+
+
+def _summarizer(tokens: list[bytes]) -> Callable[[bytes], _FrameSummary]:
+    """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
+    every line's envelope is checked, so each line a fork copies is one DSH accepts."""
+
+    def summarize(plaintext: bytes) -> _FrameSummary:
+        if not plaintext or plaintext[-1] != 0x0A:
+            return (-1, 0, [])
+        lines = plaintext[:-1].split(b"\n")
+        first = dense_run(lines)
+        if first is None:
+            return (-1, 0, [])
+        hits = list(_matching_lines(plaintext, tokens)) if tokens else []
+        return (first, len(lines), hits)
+
+    return summarize
+
+
+def _index_frames(
+    data: bytes, frames: tuple[zframes.Frame, ...], wanted: frozenset[str], where: str
+) -> tuple[list[Chunk], list[Event]]:
+    """The chunks of ``frames`` and the events of the types in ``wanted``.
+
+    The frames are summarised in two processes (``frames.map_frames``); from the first frame
+    that does not hold whole lines continuing the seqs (a record split across frames, an empty
+    frame, a defect) the rest is read in one pass that groups frames into runs and names the
+    first defect.
+    """
+    summaries = zframes.map_frames(data, frames, _summarizer(type_tokens(wanted)), 1)
+    chunks: list[Chunk] = []
+    collected: list[Event] = []
+    seq = 0
+    rest = len(frames)
+    with contextlib.closing(summaries):
+        for i, (frame, (first, count, hits)) in enumerate(zip(frames, summaries, strict=True)):
+            if first != seq:
+                rest = i
+                break
+            for offset, line in hits:
+                ev = parse_event(line, seq + offset, where=where)
+                if ev.type in wanted:
+                    collected.append(ev)
+            chunks.append(Chunk((frame,), seq, count, i))
+            seq += count
+    for ev in _run_events(data, frames[rest:], rest, seq, where, chunks):
+        if ev.type in wanted:
+            collected.append(ev)
+    return chunks, collected
+
+
+def _runs(
+    data: bytes, frames: tuple[zframes.Frame, ...], first_index: int, where: str
+) -> Iterator[tuple[int, tuple[zframes.Frame, ...], bytes]]:
+    """(index of the first frame, frames, plaintext) of each run of adjacent frames whose
+    plaintexts end on a line boundary; trailing empty frames come as a run with no plaintext.
+    Plaintext that never reaches a line boundary is a torn record (format §5.3)."""
+    pending: list[zframes.Frame] = []
+    parts: list[bytes] = []
+    start = first_index
+    plaintexts = zframes.decode_many(data, frames, first_index + 1)
+    with contextlib.closing(plaintexts):
+        for k, (frame, plaintext) in enumerate(zip(frames, plaintexts, strict=True), first_index):
+            if not pending:
+                start = k
+            pending.append(frame)
+            if plaintext:
+                parts.append(plaintext)
+                if plaintext[-1] == 0x0A:
+                    yield start, tuple(pending), b"".join(parts)
+                    pending, parts = [], []
+    if parts:
+        raise CorruptLog(
+            f"{where}: complete frame {start + len(pending) + 1} contains a torn JSONL record",
+            frame=start + len(pending),
+        )
+    if pending:
+        yield start, tuple(pending), b""
+
+
+def _run_events(
+    data: bytes,
+    frames: tuple[zframes.Frame, ...],
+    first_index: int,
+    first_seq: int,
+    where: str,
+    chunks: list[Chunk],
+) -> Iterator[Event]:
+    """Every event of ``frames``, parsed and checked in order, their chunks appended."""
+    seq = first_seq
+    for k, run, plaintext in _runs(data, frames, first_index, where):
+        if not plaintext:
+            last = chunks[-1] if chunks else None
+            if last is not None and not last.recovered and last.end_seq == seq:
+                chunks[-1] = dataclasses.replace(last, frames=last.frames + run)
+            else:
+                chunks.append(Chunk(run, seq, 0, k))
+            continue
+        lines = plaintext[:-1].split(b"\n")
+        first = seq
+        try:
+            for line in lines:
+                yield parse_event(line, seq, where=where)
+                seq += 1
+        except CorruptLog:
+            if b"" in lines:  # an empty line is named as such, not as bad JSON
+                raise CorruptLog(f"{where}: empty line in frame {k + 2}", frame=k + 1) from None
+            raise
+        chunks.append(Chunk(run, first, len(lines), k))
 
 
 # -- opening --------------------------------------------------------------------------------
@@ -484,19 +759,12 @@ def _header_line(data: bytes, frame: zframes.Frame, where: str) -> bytes:
     return plaintext[:-1]
 
 
-def _header_from_frame(
-    data: bytes, frame: zframes.Frame, generation: Generation, where: str
-) -> Header:
-    return parse_header(_header_line(data, frame, where), generation.version, where=where)
-
-
 def open_log(
     generation: Generation,
     *,
     collect: Iterable[str] = (),
     check_dir: bool = True,
     index: bool = True,
-    count_lines: bool = True,
 ) -> SessionLog:
     """Stable-read and index one generation (format §13 steps 2–6).
 
@@ -504,8 +772,6 @@ def open_log(
     ``log.collected``, so a caller that needs a few types decodes every frame only once.
     A caller that will read every event anyway (inspect, validation) passes ``index=False``:
     the frames are then indexed by its first ``events()`` pass, and each is decoded once.
-    ``count_lines=False`` takes each frame's line count from its last line's seq instead of
-    counting (see ``_build_index``): for a caller that copies frames it never reads.
     """
     check_version(generation)
     data, identity = stable_read(generation.path)
@@ -517,205 +783,60 @@ def open_log(
                 path=str(generation.path),
             )
     wanted = frozenset(collect)
+    where = str(generation.path)
     if generation.encoding == "plain":
-        log = _index_plain(generation, data, identity)
+        header_end = data.find(b"\n")
+        if header_end == -1:
+            raise CorruptLog(f"{where}: no complete header line", path=where)
+        header = parse_header(data[:header_end], generation.version, where=where)
+        committed = data.rfind(b"\n") + 1
+        torn = None
+        if committed < len(data):
+            torn = TornTail(committed, len(data) - committed, ())
+        body = data[header_end + 1 : committed]
+        if generation.version < 2:
+            log: SessionLog = PackedLog(
+                generation, data, identity, header, header_end + 1, (), torn, body
+            )
+        else:
+            framed = FramedLog(generation, data, identity, header, header_end + 1, (), torn)
+            lines = split_lines(body, where=where)
+            for offset, line in enumerate(lines):
+                parse_event(line, offset, where=where)
+            framed.adopt_index([Chunk((), 0, len(lines))] if lines else [])
+            log = framed
         if wanted:
             log.collected = list(log.events(wanted))
         return log
-    return _index_zstd(generation, data, identity, wanted, index=index, count_lines=count_lines)
-
-
-def _index_zstd(
-    generation: Generation,
-    data: bytes,
-    identity: Identity,
-    wanted: frozenset[str],
-    *,
-    index: bool = True,
-    count_lines: bool = True,
-) -> SessionLog:
-    where = str(generation.path)
     scan = zframes.scan(data)
     if not scan.frames:
         raise CorruptLog(f"{where}: no complete frame", path=where)
-    header = _header_from_frame(data, scan.frames[0], generation, where)
-    log = SessionLog(generation, data, identity, header, scan.frames[0].end)
+    header_line = _header_line(data, scan.frames[0], where)
+    header = parse_header(header_line, generation.version, where=where)
+    torn = None
     if scan.torn_start is not None:
         tail = zframes.decode_torn(data, scan.torn_start, len(scan.frames))
         complete = tail[: tail.rfind(b"\n") + 1]
-        recovered = tuple(complete[:-1].split(b"\n")) if complete else ()
-        log.torn = TornTail(scan.torn_start, scan.size - scan.torn_start, recovered)
-    body = scan.frames[1:]
+        lines_ = tuple(complete[:-1].split(b"\n")) if complete else ()
+        torn = TornTail(scan.torn_start, scan.size - scan.torn_start, lines_)
+    body_frames = scan.frames[1:]
+    header_end = scan.frames[0].end
     if generation.version < 2:
-        plaintexts = zframes.decode_many(data, body, 1, zframes.MAX_WHOLE_PLAINTEXT)
-        _expand_all(log, b"".join(plaintexts), where)
-        log.collected = [ev for ev in log._expanded or () if ev.type in wanted]
-        return log
-    log._wanted = wanted
-    if index:
-        _build_index(log, body, wanted, count_lines)
-    else:
-        log._unindexed = body
-    return log
-
-
-_FrameSummary = tuple[str | None, int, bytes, bytes, list[tuple[int, bytes]]]
-"""What indexing needs from one frame: (shape problem, line count, first line, last line,
-candidate lines). Plain values, so that a child process can compute and send it."""
-
-
-def _summarizer(tokens: list[bytes], count_lines: bool) -> Callable[[bytes], _FrameSummary]:
-    """The per-frame reduction, run wherever the frame is decoded (it reads only its argument).
-
-    Without ``count_lines`` the count is 1 for a one-line frame and 0 (unknown) otherwise.
-    """
-
-    def summarize(plaintext: bytes) -> _FrameSummary:
-        problem = _shape_problem(plaintext)
-        if problem is not None:
-            return (problem, 0, b"", b"", [])
-        first_end = plaintext.find(b"\n")
-        last_start = plaintext.rfind(b"\n", 0, len(plaintext) - 1) + 1
-        hits = list(_matching_lines(plaintext, tokens)) if tokens else []
-        if count_lines:
-            count = plaintext.count(b"\n")
-        else:
-            count = 1 if first_end == len(plaintext) - 1 else 0
-        return (None, count, plaintext[:first_end], plaintext[last_start:-1], hits)
-
-    return summarize
-
-
-def _shape_problem(plaintext: bytes) -> str | None:
-    if not plaintext:
-        return "empty frame"
-    if plaintext[-1] != 0x0A:
-        return "torn record"
-    if plaintext[0] == 0x0A:
-        return "empty line"
-    return None
-
-
-def _frame_error(problem: str, i: int, where: str) -> CorruptLog:
-    """The corruption of body frame ``i`` (frame ``i + 2`` of the file, counting from 1)."""
-    if problem == "empty frame":
-        message = f"{where}: empty frame {i + 2}"
-    elif problem == "torn record":
-        message = f"{where}: complete frame {i + 2} contains a torn JSONL record"
-    else:
-        message = f"{where}: empty line in frame {i + 2}"
-    return CorruptLog(message, frame=i + 1)
-
-
-def _build_index(
-    log: SessionLog,
-    frames: tuple[zframes.Frame, ...],
-    wanted: frozenset[str],
-    count_lines: bool = True,
-) -> None:
-    """Index every body frame: decoded and checked once, only edge and candidate lines parsed.
-
-    Seq density is checked at every frame edge: the first line's seq continues the previous
-    frame and, with ``count_lines``, the last line's seq matches the frame's line count.
-    Without it the last line's seq says how many lines the frame holds (a fork copies
-    thousands of frames it never splits, and counting their lines costs a fifth of the
-    fork); a frame that is split later is held to that count (``chunk_lines``). The lines of
-    the types in ``wanted`` are parsed into ``collected``.
-    """
-    where = log.where
-    summarize = _summarizer(type_tokens(wanted), count_lines)
-    summaries = zframes.map_frames(log.data, frames, summarize, 1)
-    seq = 0
-    with contextlib.closing(summaries):
-        for i, (frame, (problem, counted, first, last, hits)) in enumerate(
-            zip(frames, summaries, strict=True)
-        ):
-            count = counted
-            if problem is not None:
-                raise _frame_error(problem, i, where)
-            try:
-                parse_event(first, seq, where=where)
-                if count == 0:
-                    count = parse_event(last, None, where=where).seq - seq + 1
-                    if count < 2:
-                        raise CorruptLog(
-                            f"{where}: frame {i + 2} ends with seq {seq + count - 1}, not after "
-                            f"its first seq {seq}",
-                            frame=i + 1,
-                        )
-                elif count > 1:
-                    parse_event(last, seq + count - 1, where=where)
-            except CorruptLog:
-                _name_first_bad_line(log, frame, i, seq)
-                raise
-            for offset, line in hits:
-                ev = parse_event(line, seq + offset, where=where)
-                if ev.type in wanted:
-                    log.collected.append(ev)
-            log.chunks.append(Chunk(frame, seq, count, count))
-            seq += count
-    log.event_count = seq
-
-
-def _name_first_bad_line(log: SessionLog, frame: zframes.Frame, i: int, first_seq: int) -> None:
-    """A wrong frame edge: parse the frame's lines in order, so that the error names the first
-    bad line rather than the edge where the damage became visible (an empty line shifts the
-    edge seqs, so it is looked for only here, never on the hot path)."""
-    plaintext = zframes.decode(log.data, frame, i + 1)
-    if _EMPTY_LINE.search(plaintext):
-        raise _frame_error("empty line", i, log.where)
-    for seq, line in enumerate(plaintext[:-1].split(b"\n"), first_seq):
-        parse_event(line, seq, where=log.where)
-
-
-def _index_plain(generation: Generation, data: bytes, identity: Identity) -> SessionLog:
-    where = str(generation.path)
-    header_end = data.find(b"\n")
-    if header_end == -1:
-        raise CorruptLog(f"{where}: no complete header line", path=where)
-    header = parse_header(data[:header_end], generation.version, where=where)
-    log = SessionLog(generation, data, identity, header, header_end + 1)
-    committed = data.rfind(b"\n") + 1
-    if committed < len(data):
-        log.torn = TornTail(committed, len(data) - committed, ())
-    body = data[header_end + 1 : committed]
-    if generation.version < 2:
-        _expand_all(log, body, where)
-        return log
-    lines = split_lines(body, where=where)
-    for offset, line in enumerate(lines):
-        parse_event(line, offset, where=where)
-    log.chunks.append(Chunk(None, 0, len(lines), len(lines)))
-    log.event_count = len(lines)
-    return log
-
-
-def _expand_all(log: SessionLog, body: bytes, where: str) -> None:
-    events: list[Event] = []
-    for line in split_lines(body, where=where):
-        events.extend(parse_v0_line(line, len(events), where=where))
-    seed_length = log.header.seed_length
-    if seed_length is not None and seed_length > len(events):
-        raise CorruptLog(
-            f"{where}: header seedLength {seed_length} exceeds the {len(events)} events "
-            "(format §7.4)"
+        plaintexts = zframes.decode_many(data, body_frames, 1, zframes.MAX_WHOLE_PLAINTEXT)
+        plaintext = b"".join(plaintexts)
+        packed = PackedLog(
+            generation, data, identity, header, header_end, body_frames, torn, plaintext
         )
-    log._expanded = events
-    log.event_count = len(events)
+        packed.collected = list(packed.events(wanted)) if wanted else []
+        return packed
+    framed = FramedLog(
+        generation, data, identity, header, header_end, body_frames, torn, wanted=wanted
+    )
+    if index:
+        framed.index  # noqa: B018
+    return framed
 
 
 def parse_recovered(log: SessionLog) -> list[bytes]:
-    """The torn tail's complete lines that DSH would keep: parsable and continuing the seqs."""
-    kept: list[bytes] = []
-    if log.torn is None:
-        return kept
-    for line in log.torn.recovered:
-        try:
-            value, _ = parse_line(line)
-        except LineError:
-            break
-        expected = log.event_count + len(kept)
-        if not isinstance(value, dict) or nonneg_int(value.get("seq")) != expected:
-            break
-        kept.append(line)
-    return kept
+    """The torn tail's complete lines that DSH keeps: parsable and continuing the seqs."""
+    return list(log.recovered)

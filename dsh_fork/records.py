@@ -195,7 +195,9 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
         raise CorruptLog(f"{where}: header delegationDepth must be a non-negative safe integer")
     cwd = text("cwd")
     if cwd is not None and not is_absolute_cwd(cwd):
-        raise CorruptLog(f"{where}: header cwd is not absolute")
+        raise CorruptLog(
+            f"{where}: first line is not a session header: cwd {cwd!r} is not absolute"
+        )
     origin = fields.get("origin")
     if origin is not None and origin != "subagent":
         raise CorruptLog(f'{where}: header origin must be "subagent"')
@@ -307,6 +309,13 @@ def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") ->
     if type(seq) is not int:
         seq = nonneg_int(seq)
     if seq is None or (seq != expected_seq and (expected_seq is not None or seq < 0)):
+        if event_type in PACKED_TYPES and "seq" not in value:
+            label = _label(expected_seq)
+            raise CorruptLog(
+                f"{where}: event {label} is a packed {event_type} row, which only v0/v1 logs "
+                "hold (a v2+ row lacks required field seq)",
+                line=label,
+            )
         expected = "a non-negative seq" if expected_seq is None else str(expected_seq)
         raise CorruptLog(
             f"{where}: seq {value.get('seq')!r} where {expected} was expected (seqs must be "
@@ -317,6 +326,39 @@ def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") ->
     if type(time) is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
         time = safe_int(time)
     return Event(seq, event_type, time, value.get("data", MISSING), value, line, lenient)
+
+
+def dense_run(lines: list[bytes]) -> int | None:
+    """The first seq of ``lines`` when each is an event envelope ``parse_event`` accepts and
+    their seqs are dense; None when one is not (``parse_event`` then names the defect).
+
+    The check every copied line passes (a fork copies frames it never parses into events): a
+    raw NUL, a non-object, a missing type or a seq out of order is refused, as DSH refuses it.
+    """
+    loads = orjson.loads
+    first = -1
+    for k, line in enumerate(lines):
+        try:
+            value = loads(line)
+        except orjson.JSONDecodeError:
+            try:
+                value, _ = parse_line(line)
+            except LineError:
+                return None
+        if type(value) is not dict or type(value.get("type")) is not str:
+            return None
+        seq = value.get("seq")
+        if type(seq) is not int:
+            seq = nonneg_int(seq)
+            if seq is None:
+                return None
+        if k == 0:
+            if seq < 0:
+                return None
+            first = seq
+        elif seq != first + k:
+            return None
+    return first
 
 
 def _label(expected_seq: int | None) -> int | str:

@@ -117,8 +117,6 @@ def test_every_byte_prefix_of_a_20_frame_log(root: Path, clock: Clock) -> None:
         log = open_bytes(gen, prefix)
         complete = [f for f in frames[1:] if f.end <= size]
         expected = [line for batch in batches[: len(complete)] for line in batch]
-        assert raw_events(log) == expected
-        assert log.event_count == len(expected)
         committed = complete[-1].end if complete else header_end
         if committed == size:
             assert log.torn is None
@@ -127,6 +125,10 @@ def test_every_byte_prefix_of_a_20_frame_log(root: Path, clock: Clock) -> None:
             assert (log.torn.offset, log.torn.size) == (committed, size - committed)
             torn_lines = [line[:-1] for line in batches[len(complete)]]
             assert list(log.torn.recovered) == torn_lines[: len(log.torn.recovered)]
+            # DSH keeps the torn frame's complete lines: they continue the seqs.
+            expected += [line + b"\n" for line in log.torn.recovered]
+        assert raw_events(log) == expected
+        assert log.event_count == len(expected)
 
 
 @st.composite
@@ -206,12 +208,23 @@ def valid_log() -> bytes:
 
 
 @pytest.mark.parametrize(
-    "garbage",
-    [b"garbage bytes appended", b"\x00" * 16, b"\xff\xff\xff\xff\xff", b"g", b"ga", b"gar"],
+    "garbage", [b"garbage bytes appended", b"\x00" * 16, b"\xff\xff\xff\xff\xff", b"\x00" * 4]
 )
 def test_garbage_appended_is_corrupt_not_torn(tmp_path: Path, garbage: bytes) -> None:
     with pytest.raises(CorruptLog):
         open_bytes(gen_at(tmp_path), valid_log() + garbage)
+
+
+@pytest.mark.parametrize("tail", [b"g", b"\x00\x00", b"\x28\xb5\x2f", b"\xff\x00\x01"])
+def test_a_tail_of_one_to_three_bytes_is_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
+    """Fewer than 4 bytes cannot hold a magic: DSH takes them for a torn tail, whatever they
+    are (format §5.2 step 1), keeps every committed event and truncates the bytes."""
+    data = valid_log()
+    full = open_bytes(gen_at(tmp_path), data)
+    log = open_bytes(gen_at(tmp_path / "t"), data + tail)
+    assert log.torn is not None
+    assert (log.torn.offset, log.torn.size, log.torn.recovered) == (len(data), len(tail), ())
+    assert raw_events(log) == raw_events(full) and log.event_count == full.event_count
 
 
 def test_bad_magic_names_offset_and_frame(tmp_path: Path) -> None:
@@ -368,16 +381,37 @@ def test_a_whole_log_compressed_as_one_frame_is_corrupt(tmp_path: Path) -> None:
         open_bytes(gen_at(tmp_path), zframes.encode(HEADER + b"\n" + lines_of(0, 5)))
 
 
-@pytest.mark.parametrize("position", ["middle", "last"])
-def test_a_complete_frame_not_ending_in_newline_is_corrupt(tmp_path: Path, position: str) -> None:
-    """Even when the next frame would finish the line: frames never split lines."""
+def test_committed_text_not_ending_in_newline_is_corrupt(tmp_path: Path) -> None:
+    """The complete frames' plaintext must end on a line boundary (format §5.3)."""
     split = lines_of(0, 2)
-    cut = len(split) - 5
-    frames = [zframes.encode(HEADER + b"\n"), zframes.encode(split[:cut])]
-    if position == "middle":
-        frames.append(zframes.encode(split[cut:]))
+    frames = [zframes.encode(HEADER + b"\n"), zframes.encode(split[:-5])]
     with pytest.raises(CorruptLog, match="torn JSONL record"):
         open_bytes(gen_at(tmp_path), b"".join(frames))
+
+
+def test_a_record_split_across_two_complete_frames_is_read_as_dsh_reads_it(
+    tmp_path: Path,
+) -> None:
+    """DSH concatenates the complete frames' plaintexts: a line may span a frame edge. The
+    two frames form one run, copied whole or re-encoded, never cut at the edge."""
+    split = lines_of(0, 3)
+    cut = len(split) - 5
+    data = b"".join(
+        [
+            zframes.encode(HEADER + b"\n"),
+            zframes.encode(split[:cut]),
+            zframes.encode(split[cut:]),
+            zframes.encode(lines_of(3, 1)),
+        ]
+    )
+    log = open_bytes(gen_at(tmp_path), data)
+    assert b"".join(raw_events(log)) == split + lines_of(3, 1)
+    assert [(len(c.frames), c.first_seq, c.count) for c in log.chunks] == [(2, 0, 3), (1, 3, 1)]
+    run, whole, tail = log.prefix_run(1)
+    assert (run, whole, tail) == (b"", 0, lines_of(0, 2))
+    run, whole, tail = log.prefix_run(2)
+    assert whole == 1 and tail == b""
+    assert b"".join(zframes.decode_many(run, zframes.scan(run).frames)) == split
 
 
 @pytest.mark.parametrize(
@@ -395,10 +429,22 @@ def test_an_empty_line_is_corrupt(tmp_path: Path, body: bytes) -> None:
         open_bytes(gen_at(tmp_path), data)
 
 
-def test_an_empty_frame_is_corrupt(tmp_path: Path) -> None:
-    data = zframes.encode(HEADER + b"\n") + zframes.encode(b"") + zframes.encode(lines_of(0, 1))
-    with pytest.raises(CorruptLog, match="empty frame 2"):
-        open_bytes(gen_at(tmp_path), data)
+@pytest.mark.parametrize("where", ["first", "middle", "last", "only"])
+def test_an_empty_frame_adds_nothing(tmp_path: Path, where: str) -> None:
+    """DSH reads an empty frame (and an empty raw block) as no text at all."""
+    empty = [zframes.encode(b""), b"\x28\xb5\x2f\xfd\x00\x00\x01\x00\x00"]  # + raw block
+    bodies = {
+        "first": [*empty, zframes.encode(lines_of(0, 2))],
+        "middle": [zframes.encode(lines_of(0, 1)), *empty, zframes.encode(lines_of(1, 1))],
+        "last": [zframes.encode(lines_of(0, 2)), *empty],
+        "only": empty,
+    }[where]
+    log = open_bytes(gen_at(tmp_path), zframes.encode(HEADER + b"\n") + b"".join(bodies))
+    expected = b"" if where == "only" else lines_of(0, 2)
+    assert (
+        b"".join(raw_events(log)) == expected and log.event_count == len(expected.split(b"\n")) - 1
+    )
+    assert sum(len(c.frames) for c in log.chunks) == len(bodies)
 
 
 def test_an_empty_file_is_corrupt(tmp_path: Path) -> None:

@@ -155,8 +155,9 @@ def test_torn_tail_shows_offset_and_recoverable_lines(root: Path, clock: Clock) 
         "completeLines": 2,
         "recoverableLines": 2,
     }
-    assert report["events"]["total"] == 6  # the torn frame is not used
-    assert report["preset"] is None
+    # DSH keeps the torn frame's complete lines (8 events, not 6): so does every command.
+    assert report["events"]["total"] == 8
+    assert report["preset"] == "b"
     assert [f["code"] for f in report["findings"]] == ["TORN_TAIL"]
     human = run_cli("--root", root, "inspect", spec.id).stdout
     assert f"  torn tail      at byte {size}, {len(tail) - 4} bytes, 2 complete lines " in human

@@ -19,7 +19,7 @@ from dsh_fork import inspect as inspect_module
 from dsh_fork import parallel
 from dsh_fork.discovery import locate
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.reader import open_log
+from dsh_fork.reader import FramedLog, open_log
 
 Shape = Callable[[SessionSpec, Clock, int], None]
 
@@ -43,7 +43,8 @@ def both_ways(
     child's half was taken, and that one process gives the same document."""
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 64)
     located = locate(session_id, str(root), {})
-    assert inspect_module._later_part(open_log(located.generation, index=False)) is not None
+    log = open_log(located.generation, index=False)
+    assert isinstance(log, FramedLog) and inspect_module._later_part(log) is not None
     outcomes: list[bool] = []
     absorb = inspect_module._Pass.absorb
 

@@ -473,10 +473,16 @@ def torn_log(root: Path, clock: Clock, torn_lines: list[bytes], keep_blocks: int
     return open_log(gen)
 
 
-def test_recovered_lines_of_a_torn_tail_are_counted(root: Path, clock: Clock) -> None:
+def test_recovered_lines_of_a_torn_tail_are_events_as_dsh_keeps_them(
+    root: Path, clock: Clock
+) -> None:
+    """DSH restores the complete lines of a torn final frame: 3 committed + 2 recovered."""
     lines = [ev(3), ev(4), ev(5)]
     log = torn_log(root, clock, lines, 2)
-    assert log.event_count == 3
+    assert log.event_count == 5
+    assert [e.raw for e in log.events()][3:] == [ev(3)[:-1], ev(4)[:-1]]
+    assert log.event(4).raw == ev(4)[:-1]
+    assert list(log.raw_lines(2, 4))[1:] == [ev(3)[:-1], ev(4)[:-1]]
     assert log.torn is not None
     assert log.torn.recovered == (ev(3)[:-1], ev(4)[:-1])
     assert parse_recovered(log) == [ev(3)[:-1], ev(4)[:-1]]

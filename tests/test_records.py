@@ -96,12 +96,12 @@ def test_v0_v1_header_rules(version: int, change: dict[str, Any], message: str) 
 @pytest.mark.parametrize("version", [2, 3, 4])
 def test_v2_to_v4_headers_with_every_optional_key(version: int) -> None:
     line = header(
-        version, parentSession="", isSeeded=True, origin="subagent", agentPreset="", cwd="C:\\x"
+        version, parentSession="", isSeeded=True, origin="subagent", agentPreset="", cwd="/x"
     )
     parsed = parse_header(line, version)
     assert parsed.is_seeded is True
     assert parsed.parent_session == ""  # any string, never resolved (format §7.2)
-    assert parsed.cwd == "C:\\x"
+    assert parsed.cwd == "/x"
     assert parsed.seed_length is None
     assert parsed.is_subagent and not parsed.is_fork_child
 
@@ -123,7 +123,11 @@ def test_v2_to_v4_headers_with_every_optional_key(version: int) -> None:
         ({"createdAt": 2**53}, "createdAt must be a non-negative safe integer"),
         ({"createdAt": "1"}, "createdAt must be a non-negative safe integer"),
         ({"delegationDepth": True}, "delegationDepth must be a non-negative safe integer"),
-        ({"cwd": "relative/path"}, "cwd is not absolute"),
+        ({"cwd": "relative/path"}, "cwd 'relative/path' is not absolute"),
+        # DSH on POSIX refuses a Windows path: "first line is not a session header".
+        ({"cwd": "C:/ws"}, "first line is not a session header: cwd 'C:/ws' is not absolute"),
+        ({"cwd": "C:\\ws"}, "is not absolute"),
+        ({"cwd": "\\\\server\\share"}, "is not absolute"),
         ({"cwd": ""}, "cwd must be a non-empty string"),
         ({"cwd": None}, "cwd must be a string, not null"),
         ({"origin": "automation"}, 'origin must be "subagent"'),
@@ -245,7 +249,10 @@ def test_envelope_details() -> None:
         (b'{"type":"a","seq":"3"}', "seq '3' where 3 was expected"),
         (b'{"type":"a","seq":true}', "seq True where 3 was expected"),
         (b'{"type":"a"}', "seq None where 3 was expected"),
-        (b'{"type":"text-chunks","seq0":3,"time0":1,"data":{}}', "seq None where 3"),
+        (
+            b'{"type":"text-chunks","seq0":3,"time0":1,"data":{}}',
+            "event 3 is a packed text-chunks row",
+        ),
     ],
 )
 def test_bad_envelopes_are_corrupt(line: bytes, message: str) -> None:
@@ -421,7 +428,7 @@ def test_a_packed_row_in_a_v4_log_is_corrupt(tmp_path: Path) -> None:
         header(4),
         [orjson.dumps(text_row(0)) + b"\n"],
     )
-    with pytest.raises(CorruptLog, match="seq None where 0 was expected"):
+    with pytest.raises(CorruptLog, match="event 0 is a packed text-chunks row, which only v0/v1"):
         open_log(Generation(path, 4, "zstd"))
 
 
