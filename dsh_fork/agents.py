@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from .catalog import fact_from_descriptor
 from .discovery import Located, Root, SessionEntry, locate
 from .errors import CorruptLog, DshForkError, UnsupportedFormat
+from .generations import SUPPORTED_VERSION
 from .locking import running as is_running
 from .model import MODEL_TYPES, CatalogEntry, Facts, facts_of
 from .provenance import Logged, match_copies
@@ -21,6 +24,7 @@ from .reader import open_log
 from .records import Header, nonneg_int
 
 ON_DISK_NOT_CATALOGUED = "on disk, not catalogued"
+CATALOGUED_BY_MIGRATION = "catalogued by DSH's v4 migration"
 CATALOGUED_MISSING = "catalogued, missing on disk"
 CATALOGUED_OTHER_PARENT = "catalogued, other parent"
 CATALOGUED_NOT_SUBAGENT = "catalogued, not a subagent"
@@ -108,8 +112,14 @@ class _Lister:
         self.recursive = recursive
         self.visited: set[str] = set()
 
-    def rows(self, parent: Header, facts: Facts, source_parent: str | None) -> list[AgentRow]:
-        """The union of ``parent``'s children on disk and its own-range catalog (§5.1)."""
+    def rows(
+        self, parent: Header, facts: Facts, source_parent: str | None, where: _Where
+    ) -> list[AgentRow]:
+        """The union of ``parent``'s children on disk and its own-range catalog (§5.1).
+
+        A parent below v4 has no catalog yet: DSH's migration appends a fact for each child in
+        the parent's own project dir (format §10.5.6), so those are what its panel will show.
+        """
         panel: dict[str, CatalogEntry] = {}
         for own in facts.own_catalog():
             if own.child_id is not None:
@@ -120,8 +130,17 @@ class _Lister:
             child_id = entry.id or entry.session_dir.name
             on_disk.add(child_id)
             stated = panel.get(child_id)
-            child = self._child(AgentRow(child_id, True, stated is not None), entry, stated)
-            if stated is None:
+            migrated = (
+                stated is None
+                and where.version < SUPPORTED_VERSION
+                and entry.header is not None
+                and entry.session_dir.parent == where.project_dir
+            )
+            row = AgentRow(child_id, True, stated is not None or migrated)
+            child = self._child(row, entry, stated)
+            if migrated:
+                _migration_fact(child)
+            elif stated is None:
                 child.row.flags.insert(0, ON_DISK_NOT_CATALOGUED)
             children.append(child)
         for child_id, fact in panel.items():
@@ -230,7 +249,35 @@ class _Lister:
         if not self.recursive:
             return
         self.visited.add(row.id)
-        row.children = self.rows(child.header, child.facts, row.copy_of)
+        assert child.entry is not None and child.entry.generation is not None
+        where = _Where(child.entry.generation.version, child.entry.session_dir.parent)
+        row.children = self.rows(child.header, child.facts, row.copy_of, where)
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """A parent's generation version and project dir (what DSH's migration looks at)."""
+
+    version: int
+    project_dir: Path
+
+
+def _migration_fact(child: _Child) -> None:
+    """The row as the fact DSH's migration appends shows it: version 0 from the child's single
+    valid own descriptor, else version 1 with mode ``unknown`` (format §10.5.6)."""
+    row = child.row
+    row.flags.insert(0, CATALOGUED_BY_MIGRATION)
+    if child.facts is None or child.header is None:
+        return
+    own = child.facts.own_descriptors()
+    plan = fact_from_descriptor(
+        own[0][1] if own else None, row.id, child.header.created_at, own_descriptors=len(own)
+    )
+    if plan.data is None:
+        row.mode = "unknown"
+    else:
+        row.mode = plan.data["mode"]
+        row.label = row.label or _text(plan.data, "label")
 
 
 def _version(data: Any) -> int | None:
@@ -255,7 +302,8 @@ def list_agents(located: Located, *, recursive: bool) -> AgentTree:
     lister = _Lister(root, recursive)
     lister.visited.add(header.id)
     source_parent = header.parent_session if header.is_fork_child else None
-    rows = lister.rows(header, facts, source_parent)
+    where = _Where(located.generation.version, located.session_dir.parent)
+    rows = lister.rows(header, facts, source_parent, where)
     forks = [{"id": entry.id, "createdAt": entry.created_at} for entry in root.forks_of(header.id)]
     tree = AgentTree(header.id, rows, forks, warnings=list(located.warnings))
     if header.parent_session is not None and root.entry(header.parent_session) is None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from .discovery import Root, SessionEntry, locate
 from .errors import Partial, SessionNotFound, UnsupportedFormat
-from .generations import is_temp_name, list_generations, non_canonical_files
+from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
 from .layout import resolve_root
 from .locking import probe
 from .records import header_version
@@ -283,7 +283,12 @@ def _lineage(
         child_id = data.get("childId") if isinstance(data, dict) else None
         if isinstance(child_id, str) and child_id not in catalogued:
             catalogued[child_id] = (seq, data)
-    for child_id in on_disk:
+    # Below v4 DSH's migration catalogs the children in the parent's own project dir
+    # (format §10.5.6): only children elsewhere stay out of its panel.
+    migrates = check.generation is not None and check.generation.version < SUPPORTED_VERSION
+    for child_id, kid in on_disk.items():
+        if migrates and kid.session_dir.parent == entry.session_dir.parent:
+            continue
         if child_id not in catalogued:
             add(
                 "warning",

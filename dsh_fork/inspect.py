@@ -524,7 +524,7 @@ def _inspect(located: Located, *, events: bool) -> InspectReport:
     facts.event_count = log.event_count
     facts.torn = log.torn
 
-    findings = file_findings(log) + validator.finish()
+    findings = file_findings(log) + validator.finish() + _duplicate_id(located, log.header.id)
     chosen = survey_generation(generation, events=log.event_count, turn_ends=validator.turn_ends)
     others = [
         survey_generation(g) for g in list_generations(located.session_dir) if g != generation
@@ -558,6 +558,22 @@ def _inspect(located: Located, *, events: bool) -> InspectReport:
         findings=findings,
         warnings=[*located.warnings, *(f.message for f in stale)],
     )
+
+
+def _duplicate_id(located: Located, session_id: str) -> list[Finding]:
+    """An id with a generation in another project dir too: DSH refuses to list the root."""
+    others = [
+        e.project
+        for e in located.root.entries()
+        if e.id == session_id and e.session_dir != located.session_dir
+    ]
+    if not others:
+        return []
+    message = (
+        f"session {session_id} also appears in {', '.join(others)}; DSH refuses to list the "
+        "root (appears in multiple project directories)"
+    )
+    return [Finding("error", "DUPLICATE_ID", message)]
 
 
 def _future_details(error: UnsupportedFormat) -> UnsupportedFormat:

@@ -296,6 +296,11 @@ class Validator:
             self.events += 1
             if kind == "turn/end":
                 self.turn_ends += 1
+            elif kind == "session/end-seed" and self.version >= 2:
+                # v2/v3 as v4: the last tagged marker is the cut (format §7.4).
+                data = ev.data
+                if type(data) is dict and data.get("inherited") is True:
+                    self.tagged.append(ev.seq)
             return
         if kind not in KNOWN_V4_TYPES:
             self._unknown(ev)
