@@ -35,9 +35,18 @@ HEADER_KEYS_V2 = (
 )
 _REQUIRED_V2 = frozenset(("type", "version", "id", "createdAt", "isSeeded", "delegationDepth"))
 _ALLOWED_V2 = frozenset(HEADER_KEYS_V2)
-_REQUIRED_V0 = frozenset(("type", "version", "id", "createdAt", "delegationDepth"))
+# DSH's own 0.1.1 logs have v0 headers without delegationDepth, and DSH reads them (depth 0).
+_REQUIRED_V0 = frozenset(("type", "version", "id", "createdAt"))
 _ALLOWED_V0 = frozenset(
-    (*_REQUIRED_V0, "cwd", "parentSession", "seedLength", "origin", "agentPreset")
+    (
+        *_REQUIRED_V0,
+        "delegationDepth",
+        "cwd",
+        "parentSession",
+        "seedLength",
+        "origin",
+        "agentPreset",
+    )
 )
 _OPTIONAL_TEXT = frozenset(("cwd", "parentSession", "origin", "agentPreset"))
 ENVELOPE_KEYS = frozenset(
@@ -190,7 +199,7 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
     created_at = nonneg_int(fields["createdAt"])
     if created_at is None:
         raise CorruptLog(f"{where}: header createdAt must be a non-negative safe integer")
-    depth = nonneg_int(fields["delegationDepth"])
+    depth = nonneg_int(fields.get("delegationDepth", 0))
     if depth is None:
         raise CorruptLog(f"{where}: header delegationDepth must be a non-negative safe integer")
     cwd = text("cwd")

@@ -83,7 +83,7 @@ def test_v0_v1_headers_are_seeded_by_seed_length(version: int) -> None:
     ("change", "message"),
     [
         ({"isSeeded": True}, "keys not allowed in v{v}: isSeeded"),
-        ({"delegationDepth": MISSING}, "lacks delegationDepth"),
+        ({"delegationDepth": -1}, "delegationDepth must be a non-negative safe integer"),
         ({"seedLength": -1}, "seedLength must be a non-negative integer"),
         ({"seedLength": 1.5}, "seedLength must be a non-negative integer"),
     ],
@@ -91,6 +91,12 @@ def test_v0_v1_headers_are_seeded_by_seed_length(version: int) -> None:
 def test_v0_v1_header_rules(version: int, change: dict[str, Any], message: str) -> None:
     with pytest.raises(CorruptLog, match=message.format(v=version)):
         parse_header(header(version, **change), version)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_v0_v1_header_without_delegation_depth_is_depth_0(version: int) -> None:
+    """DSH's own 0.1.1 logs omit it, and DSH reads them; v2+ headers must carry it."""
+    assert parse_header(header(version, delegationDepth=MISSING), version).delegation_depth == 0
 
 
 @pytest.mark.parametrize("version", [2, 3, 4])

@@ -229,7 +229,7 @@ def test_the_guard_catches_every_kind_of_damage(tree: Path, damage: str, expecte
     elif damage == "delete":
         log.unlink()
     elif damage == "append garbage":
-        log.write_bytes(log.read_bytes() + b"\x00\x01")
+        log.write_bytes(log.read_bytes() + b"\x00\x01\x02\x03")  # under 4 bytes: a torn tail
     elif damage == "new generation":
         (log.parent / "session.v5.jsonl.zstd").write_bytes(b"")
     elif damage == "v3 append":
