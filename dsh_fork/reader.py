@@ -201,16 +201,12 @@ class SessionLog(abc.ABC):
         raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
 
     def prefix_run(self, last: int) -> tuple[bytes, int, bytes]:
-        """The body through seq ``last`` as (whole frames' bytes, how many chunks, plaintext)."""
+        """The body through seq ``last`` as (whole frames' bytes, how many frames, plaintext)."""
         raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
 
     def prefix(self, last: int) -> tuple[list[bytes], bytes]:
         """``prefix_run`` with the whole frames one by one."""
         raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
-
-    def whole_frames(self, last: int) -> int:
-        """How many leading chunks hold only events ``0..last`` (0 for a packed or plain log)."""
-        return 0
 
 
 class PackedLog(SessionLog):
@@ -476,10 +472,10 @@ class FramedLog(SessionLog):
     def prefix(self, last: int) -> tuple[list[bytes], bytes]:
         """Frames that lie wholly inside the prefix are returned byte for byte; only the run
         holding ``last`` is cut, and its lines are returned as plaintext to be re-encoded."""
-        run, whole, tail = self.prefix_run(last)
-        if not whole:
+        run, count, tail = self.prefix_run(last)
+        if not count:
             return [], tail
-        frames = [f for chunk in self.chunks[:whole] for f in chunk.frames]
+        frames = [f for chunk in self.chunks[: self._whole_chunks(last)] for f in chunk.frames]
         start = frames[0].start
         return [run[f.start - start : f.end - start] for f in frames], tail
 
@@ -488,8 +484,9 @@ class FramedLog(SessionLog):
         with one call (a fork of a 100 MB log copies thousands of them)."""
         if last < 0:
             return b"", 0, b""
-        whole = self.whole_frames(last)
+        whole = self._whole_chunks(last)
         run = b""
+        count = sum(len(chunk.frames) for chunk in self.chunks[:whole])
         if whole:
             first, end = self.chunks[0].frames[0], self.chunks[whole - 1].frames[-1]
             run = self.data[first.start : end.end]
@@ -498,9 +495,10 @@ class FramedLog(SessionLog):
             chunk = self.chunks[whole]
             lines = self.chunk_lines(whole)[: last - chunk.first_seq + 1]
             tail = b"".join(line + b"\n" for line in lines)
-        return run, whole, tail
+        return run, count, tail
 
-    def whole_frames(self, last: int) -> int:
+    def _whole_chunks(self, last: int) -> int:
+        """How many leading chunks hold only events ``0..last`` (0 for a plain log)."""
         whole = 0
         for chunk in self.chunks:
             if not chunk.frames or chunk.end_seq - 1 > last:

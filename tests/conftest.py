@@ -22,6 +22,7 @@ from dsh_fork.cli.app import app
 from dsh_fork.fixtures import Clock, Ids
 
 SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
+FOREIGN = SAMPLES.parent / "foreign"
 
 NON_CANONICAL_NAMES = (
     "session.v0.jsonl.zstd",
@@ -42,6 +43,16 @@ def require_samples() -> None:
     if (SAMPLES / "facts.json").exists():
         return
     message = f"the shared sample home is missing at {SAMPLES}"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+
+
+def require_foreign() -> None:
+    """The foreign DSH roots with DSH's verdicts (``../shared/foreign``), like the samples."""
+    if (FOREIGN / "verdicts.json").exists():
+        return
+    message = f"the shared foreign roots are missing at {FOREIGN}"
     if os.environ.get("CI"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message, allow_module_level=True)
