@@ -14,11 +14,12 @@ import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis pr
 import orjson
 import pytest
 import zstandard
+from conftest import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
-from dsh_fork import reader
+from dsh_fork import parallel, reader
 from dsh_fork.errors import CorruptLog, SessionStale, UnsupportedFormat
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.generations import Generation, list_generations
@@ -517,3 +518,36 @@ def test_lone_surrogates_and_invalid_utf8_are_read_and_kept_as_stored(
     assert first.raw is not None and b'"a\\ud800b"' in first.raw
     assert second.data["title"] == "caf\ufffd" and second.lenient
     assert stored_lines(log) == spec.lines
+
+
+# -- every line a fork copies is one DSH accepts ----------------------------------------------
+
+BAD_MIDDLE_LINES: dict[str, Any] = {
+    "a raw NUL line": lambda seq: b"\x00",
+    "NUL bytes inside a string": lambda seq: ev(seq).replace(b'"title":"t', b'"title":"\x00t')[:-1],
+    "not an object": lambda seq: b"[1,2]",
+    "an object without a type": lambda seq: b'{"seq":%d,"time":1,"data":{}}' % seq,
+    "not JSON": lambda seq: b'{"type":"session/title","seq":%d,' % seq,
+    "a seq out of order": lambda seq: ev(seq + 4)[:-1],
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_MIDDLE_LINES.values()), ids=list(BAD_MIDDLE_LINES))
+@pytest.mark.parametrize("before", [0, 30], ids=["one process", "two processes"])
+def test_a_bad_line_inside_a_copied_frame_makes_fork_refuse_the_log(
+    root: Path, monkeypatch: pytest.MonkeyPatch, bad: Any, before: int
+) -> None:
+    """A frame whose first and last lines are sound and the line between them is not: the
+    log is refused (CORRUPT_LOG, exit 9) before fork copies a byte, in whichever process
+    summarises that frame (``before`` one-line frames come first; with 30 the log is split
+    between two processes, the bad frame in the later part)."""
+    if before:
+        monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 64)
+    frames = [ev(k) for k in range(before)]
+    frames.append(ev(before) + bad(before + 1) + b"\n" + ev(before + 2))
+    gen = write_raw_log(root, frames)
+    with pytest.raises(CorruptLog):
+        open_log(gen)
+    result = run_cli("--root", root, "fork", "raw", "--id", "child", "--no-agents")
+    assert result.exit_code == 9, result.stdout + result.stderr
+    assert not (gen.path.parent.parent / "child").exists()
