@@ -25,6 +25,7 @@ from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.generations import Generation, list_generations
 from dsh_fork.model import MODEL_TYPES
 from dsh_fork.reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
+from dsh_fork.writer import append
 
 
 def stored_lines(log: SessionLog) -> list[bytes]:
@@ -551,3 +552,21 @@ def test_a_bad_line_inside_a_copied_frame_makes_fork_refuse_the_log(
     result = run_cli("--root", root, "fork", "raw", "--id", "child", "--no-agents")
     assert result.exit_code == 9, result.stdout + result.stderr
     assert not (gen.path.parent.parent / "child").exists()
+
+
+@pytest.mark.parametrize("keep_blocks", [0, 1, 2, 3])
+def test_a_repair_before_an_append_keeps_every_event_dsh_recovers(
+    root: Path, clock: Clock, keep_blocks: int
+) -> None:
+    """What the reader shows of a torn log (DSH's view) is exactly what the log holds once a
+    write has repaired the tail: the append continues after the recovered events."""
+    lines = [ev(3), ev(4), ev(5)]
+    log = torn_log(root, clock, lines, keep_blocks)
+    seen = [e.raw for e in log.events()]
+    assert len(seen) == 3 + keep_blocks
+    appended = append(log.session_dir, lambda _log, _facts: [("session/title", 9, {})])
+    assert appended.repaired_tail and appended.first_seq == len(seen)
+    after = open_log(current(log.session_dir))
+    assert after.torn is None
+    assert [e.raw for e in after.events()][: len(seen)] == seen
+    assert after.event_count == len(seen) + 1
