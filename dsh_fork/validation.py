@@ -17,9 +17,9 @@ import gc
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from .catalog import catalog_problem, descriptor_problem
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
@@ -220,35 +220,126 @@ class _Call:
     resolved: bool = False
 
 
+Merge = Literal["later", "sum", "union", "extend", "any"]
+"""How a field of a later part of the log combines with the earlier part's (``_State``)."""
+
+
+_LATER = {"merge": "later"}
+_SUM = {"merge": "sum"}
+_UNION = {"merge": "union"}
+_EXTEND = {"merge": "extend"}
+_ANY = {"merge": "any"}
+
+
+@dataclass
+class _State:
+    """State of one concern of the checks; ``absorb`` follows each field's declared rule."""
+
+    def absorb(self, later: Self) -> None:
+        for item in fields(self):
+            rule: Merge = item.metadata["merge"]
+            mine, theirs = getattr(self, item.name), getattr(later, item.name)
+            if rule == "later":
+                value = theirs
+            elif rule == "sum":
+                value = mine + theirs
+            elif rule == "any":
+                value = mine or theirs
+            else:  # "union" of sets, "extend" of lists
+                value = mine | theirs if rule == "union" else mine + theirs
+            setattr(self, item.name, value)
+
+
+@dataclass
+class _Envelope(_State):
+    """Envelope checks: stateless but for the count of events checked (pre-v4 logs)."""
+
+    events: int = field(default=0, metadata=_SUM)
+
+
+@dataclass
+class _Lifecycle(_State):
+    """Turns, steps, tool calls, compaction brackets and commands."""
+
+    next_turn: int = field(default=1, metadata=_LATER)
+    open_turn: int | None = field(default=None, metadata=_LATER)
+    open_turn_seq: int | None = field(default=None, metadata=_LATER)
+    open_step: int | None = field(default=None, metadata=_LATER)
+    next_step: int = field(default=1, metadata=_LATER)
+    calls: dict[str, _Call] = field(default_factory=dict, metadata=_LATER)
+    pending: int = field(default=0, metadata=_LATER)
+    """How many advertised calls of the open turn have no result yet."""
+    compaction_open: int | None = field(default=None, metadata=_LATER)
+    commands_run: set[str] = field(default_factory=set, metadata=_UNION)
+    commands_done: set[str] = field(default_factory=set, metadata=_UNION)
+    unmatched_done: set[str] = field(default_factory=set, metadata=_UNION)
+    """command/done ids of a later part that name no command/run of that part."""
+    turn_ends: int = field(default=0, metadata=_SUM)
+
+    def continued_by(self, later: _Lifecycle, start_turn: int) -> bool:
+        """Whether ``later``, started at a turn's start numbered ``start_turn``, assumed
+        exactly this state: between turns, and no command id shared across the parts."""
+        return (
+            self.open_turn is None
+            and self.open_step is None
+            and not self.pending
+            and self.compaction_open is None
+            and self.next_turn == start_turn
+            and not self.commands_run & later.commands_run
+            and not self.commands_run & later.unmatched_done
+            and not self.commands_done & later.commands_done
+        )
+
+
+@dataclass
+class _Titles(_State):
+    """Titles cite earlier human user messages."""
+
+    human_messages: set[int] = field(default_factory=set, metadata=_UNION)
+    cites_before_base: bool = field(default=False, metadata=_ANY)
+    """A later part's title cites a seq before the part (it cannot check it)."""
+
+    def continued_by(self, later: _Titles) -> bool:
+        return not later.cites_before_base
+
+
+@dataclass
+class _Catalog(_State):
+    """Catalog facts and descriptors, judged once the cut is known."""
+
+    facts: list[tuple[int, Any]] = field(default_factory=list, metadata=_EXTEND)
+    descriptors: list[tuple[int, str | None]] = field(default_factory=list, metadata=_EXTEND)
+
+
+@dataclass
+class _Markers(_State):
+    """Tagged end-seed markers (the cut, the header's isSeeded) and delivery markers naming
+    another session, judged once the cut is known."""
+
+    tagged: list[int] = field(default_factory=list, metadata=_EXTEND)
+    foreign_markers: list[tuple[int, str]] = field(default_factory=list, metadata=_EXTEND)
+
+
 @dataclass
 class Validator:
-    """Streaming checker: ``feed`` every event in seq order, then ``finish``."""
+    """Streaming checker: ``feed`` every event in seq order, then ``finish``.
+
+    Its state is kept by concern, each group declared below with how two parts of one log
+    combine (``_State``): a validator of a later part is absorbed field by field, never
+    through a hand-kept list.
+    """
 
     header: Header
     version: int
+    next_turn: InitVar[int] = 1
     findings: list[Finding] = field(default_factory=list)
     _per_code: dict[str, int] = field(default_factory=dict)
     _overflow: dict[str, tuple[Severity, int]] = field(default_factory=dict)
-    # lifecycle
-    next_turn: int = 1
-    open_turn: int | None = None
-    open_turn_seq: int | None = None
-    open_step: int | None = None
-    next_step: int = 1
-    calls: dict[str, _Call] = field(default_factory=dict)
-    pending: int = 0
-    """How many advertised calls of the open turn have no result yet."""
-    compaction_open: int | None = None
-    commands_run: set[str] = field(default_factory=set)
-    commands_done: set[str] = field(default_factory=set)
-    human_messages: set[int] = field(default_factory=set)
-    # deferred until the cut is known
-    tagged: list[int] = field(default_factory=list)
-    catalog: list[tuple[int, Any]] = field(default_factory=list)
-    descriptors: list[tuple[int, str | None]] = field(default_factory=list)
-    foreign_markers: list[tuple[int, str]] = field(default_factory=list)
-    turn_ends: int = 0
-    events: int = 0
+    envelope: _Envelope = field(default_factory=_Envelope)
+    lifecycle: _Lifecycle = field(init=False)
+    titles: _Titles = field(default_factory=_Titles)
+    catalog: _Catalog = field(default_factory=_Catalog)
+    markers: _Markers = field(default_factory=_Markers)
     finished: bool = False
     full: bool = field(init=False)
     """Whether the v4 relationship rules apply (only to v4 logs)."""
@@ -256,12 +347,19 @@ class Validator:
     # could not know about the events before its part.
     base: int = 0
     start_turn: int = field(init=False)
-    unmatched_done: set[str] = field(default_factory=set)
-    cites_before_base: bool = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, next_turn: int) -> None:
         self.full = self.version >= SUPPORTED_VERSION
-        self.start_turn = self.next_turn
+        self.lifecycle = _Lifecycle(next_turn=next_turn)
+        self.start_turn = next_turn
+
+    @property
+    def turn_ends(self) -> int:
+        return self.lifecycle.turn_ends
+
+    @property
+    def open_step(self) -> int | None:
+        return self.lifecycle.open_step
 
     # -- recording --------------------------------------------------------------------------
 
@@ -293,14 +391,14 @@ class Validator:
         ) and ev.raw is not None:  # packed-row members (v0/v1) have no envelope of their own
             self._envelope(ev)
         if not self.full:
-            self.events += 1
+            self.envelope.events += 1
             if kind == "turn/end":
-                self.turn_ends += 1
+                self.lifecycle.turn_ends += 1
             elif kind == "session/end-seed" and self.version >= 2:
                 # v2/v3 as v4: the last tagged marker is the cut (format §7.4).
                 data = ev.data
                 if type(data) is dict and data.get("inherited") is True:
-                    self.tagged.append(ev.seq)
+                    self.markers.tagged.append(ev.seq)
             return
         if kind not in KNOWN_V4_TYPES:
             self._unknown(ev)
@@ -382,114 +480,125 @@ class Validator:
     # -- turns and steps --------------------------------------------------------------------
 
     def _turn_start(self, ev: Event, data: dict[str, Any]) -> None:
+        life = self.lifecycle
         number = nonneg_int(data.get("turn"))
-        if self.open_turn is not None:
+        if life.open_turn is not None:
             self._lifecycle(
-                f"turn/start while turn {self.open_turn} (seq {self.open_turn_seq}) is open",
+                f"turn/start while turn {life.open_turn} (seq {life.open_turn_seq}) is open",
                 ev.seq,
             )
-        if number != self.next_turn:
+        if number != life.next_turn:
             self._lifecycle(
-                f"turn/start numbered {data.get('turn')!r}, expected {self.next_turn}", ev.seq
+                f"turn/start numbered {data.get('turn')!r}, expected {life.next_turn}",
+                ev.seq,
             )
         self._compaction_boundary(ev)
-        self.open_turn = number if number is not None else self.next_turn
-        self.open_turn_seq = ev.seq
-        self.next_turn = self.open_turn + 1
-        self.open_step = None
-        self.next_step = 1
-        self.calls = {}
-        self.pending = 0
+        life.open_turn = number if number is not None else life.next_turn
+        life.open_turn_seq = ev.seq
+        life.next_turn = life.open_turn + 1
+        life.open_step = None
+        life.next_step = 1
+        life.calls = {}
+        life.pending = 0
 
     def _turn_end(self, ev: Event, data: dict[str, Any]) -> None:
-        self.turn_ends += 1
+        life = self.lifecycle
+        life.turn_ends += 1
         number = nonneg_int(data.get("turn"))
-        if self.open_turn is None:
+        if life.open_turn is None:
             self._lifecycle("turn/end without an open turn", ev.seq)
         else:
-            if number != self.open_turn:
+            if number != life.open_turn:
                 self._lifecycle(
-                    f"turn/end for turn {data.get('turn')!r} while turn {self.open_turn} is open",
+                    f"turn/end for turn {data.get('turn')!r} while turn {life.open_turn} is open",
                     ev.seq,
                 )
-            if self.open_step is not None:
-                self._lifecycle(f"turn/end while step {self.open_step} is open", ev.seq)
+            if life.open_step is not None:
+                self._lifecycle(f"turn/end while step {life.open_step} is open", ev.seq)
             self._unresolved_check("turn/end", ev.seq)
         self._compaction_boundary(ev)
-        self.open_turn = None
-        self.open_turn_seq = None
-        self.open_step = None
-        self.calls = {}
-        self.pending = 0
+        life.open_turn = None
+        life.open_turn_seq = None
+        life.open_step = None
+        life.calls = {}
+        life.pending = 0
 
     def _step_start(self, ev: Event, data: dict[str, Any]) -> None:
-        if self.open_turn is None:
+        life = self.lifecycle
+        if life.open_turn is None:
             self._lifecycle("step/start without an open turn", ev.seq)
             return
         turn = data.get("turn")
         step = data.get("step")
         if type(step) is not int:
             step = nonneg_int(step)
-        if turn != self.open_turn or type(turn) is not int:
+        if turn != life.open_turn or type(turn) is not int:
             self._lifecycle(
-                f"step/start names turn {data.get('turn')!r} inside turn {self.open_turn}", ev.seq
+                f"step/start names turn {data.get('turn')!r} inside turn {life.open_turn}",
+                ev.seq,
             )
-        if self.open_step is not None:
-            self._lifecycle(f"step/start while step {self.open_step} is open", ev.seq)
-        if step != self.next_step:
+        if life.open_step is not None:
+            self._lifecycle(f"step/start while step {life.open_step} is open", ev.seq)
+        if step != life.next_step:
             self._lifecycle(
-                f"step/start numbered {data.get('step')!r}, expected {self.next_step}", ev.seq
+                f"step/start numbered {data.get('step')!r}, expected {life.next_step}",
+                ev.seq,
             )
-        self.open_step = step if step is not None else self.next_step
-        self.next_step = self.open_step + 1
+        life.open_step = step if step is not None else life.next_step
+        life.next_step = life.open_step + 1
 
     def _step_end(self, ev: Event, data: dict[str, Any]) -> None:
-        if self.open_step is None:
+        life = self.lifecycle
+        if life.open_step is None:
             self._lifecycle("step/end without an open step", ev.seq)
             return
         turn = data.get("turn")
         step = data.get("step")
         if (
-            turn != self.open_turn
-            or step != self.open_step
+            turn != life.open_turn
+            or step != life.open_step
             or type(turn) is not int
             or type(step) is not int
-        ) and (nonneg_int(turn), nonneg_int(step)) != (self.open_turn, self.open_step):
+        ) and (nonneg_int(turn), nonneg_int(step)) != (
+            life.open_turn,
+            life.open_step,
+        ):
             self._lifecycle(
                 f"step/end for turn {data.get('turn')!r} step {data.get('step')!r} while "
-                f"turn {self.open_turn} step {self.open_step} is open",
+                f"turn {life.open_turn} step {life.open_step} is open",
                 ev.seq,
             )
         self._unresolved_check("step/end", ev.seq)
-        self.open_step = None
+        life.open_step = None
 
     def _unresolved_check(self, what: str, seq: int) -> None:
-        if self.pending:
+        if self.lifecycle.pending:
             pending = ", ".join(self.unresolved())
             self._lifecycle(f"{what} with unresolved tool calls: {pending}", seq)
 
     def unresolved(self) -> list[str]:
         """Advertised calls of the open turn without a result."""
-        return [call_id for call_id, call in self.calls.items() if not call.resolved]
+        return [call_id for call_id, call in self.lifecycle.calls.items() if not call.resolved]
 
     def _bound(self, ev: Event, data: dict[str, Any], *, step: bool) -> bool:
         """Whether ``ev`` sits in the open turn (and step); a finding when it does not."""
-        if self.open_turn is None:
+        life = self.lifecycle
+        if life.open_turn is None:
             self._lifecycle(f"{ev.type} outside a turn", ev.seq)
             return False
-        turn = data.get("turn", self.open_turn)
-        if (type(turn) is not int or turn != self.open_turn) and nonneg_int(turn) != self.open_turn:
-            self._lifecycle(f"{ev.type} names turn {turn!r} inside turn {self.open_turn}", ev.seq)
+        turn = data.get("turn", life.open_turn)
+        if (type(turn) is not int or turn != life.open_turn) and nonneg_int(turn) != life.open_turn:
+            self._lifecycle(f"{ev.type} names turn {turn!r} inside turn {life.open_turn}", ev.seq)
         if not step:
             return True
-        if self.open_step is None:
-            self._lifecycle(f"{ev.type} outside a step (turn {self.open_turn})", ev.seq)
+        if life.open_step is None:
+            self._lifecycle(f"{ev.type} outside a step (turn {life.open_turn})", ev.seq)
             return False
-        number = data.get("step", self.open_step)
-        if (type(number) is not int or number != self.open_step) and nonneg_int(
+        number = data.get("step", life.open_step)
+        if (type(number) is not int or number != life.open_step) and nonneg_int(
             number
-        ) != self.open_step:
-            self._lifecycle(f"{ev.type} names step {number!r} inside step {self.open_step}", ev.seq)
+        ) != life.open_step:
+            self._lifecycle(f"{ev.type} names step {number!r} inside step {life.open_step}", ev.seq)
         return True
 
     def _step_bound(self, ev: Event, data: dict[str, Any]) -> None:
@@ -501,6 +610,7 @@ class Validator:
     # -- tool calls -------------------------------------------------------------------------
 
     def _assistant_message(self, ev: Event, data: dict[str, Any]) -> None:
+        life = self.lifecycle
         if not self._bound(ev, data, step=True):
             return
         if ev.obj.get("surfaceOp") != "append":
@@ -516,17 +626,17 @@ class Validator:
             if not isinstance(call_id, str) or not call_id:
                 self._lifecycle("tool-call block without a non-empty id", ev.seq)
                 continue
-            if call_id in self.calls:
+            if call_id in life.calls:
                 self._lifecycle(f"tool call {call_id} advertised twice in one turn", ev.seq)
                 continue
-            self.calls[call_id] = _Call(block.get("name"), block.get("arguments"))
-            self.pending += 1
+            life.calls[call_id] = _Call(block.get("name"), block.get("arguments"))
+            life.pending += 1
 
     def _tool_call(self, ev: Event, data: dict[str, Any]) -> None:
         if not self._bound(ev, data, step=True):
             return
         call_id = data.get("callId")
-        call = self.calls.get(call_id) if isinstance(call_id, str) else None
+        call = self.lifecycle.calls.get(call_id) if isinstance(call_id, str) else None
         if call is None:
             self._lifecycle(f"tool/call {call_id!r} was not advertised in this turn", ev.seq)
             return
@@ -545,6 +655,7 @@ class Validator:
         call.started = True
 
     def _tool_result(self, ev: Event, data: dict[str, Any]) -> None:
+        life = self.lifecycle
         if type(ev.obj.get("surfaceOp")) is dict:  # a replacement only rewrites content
             self._bound(ev, data, step=False)
             return
@@ -555,7 +666,7 @@ class Validator:
         if not isinstance(call_id, str) or not isinstance(message, dict):
             self._lifecycle("tool/result without message.toolCallId", ev.seq)
             return
-        call = self.calls.get(call_id)
+        call = life.calls.get(call_id)
         if call is None:
             self._lifecycle(f"tool/result for call {call_id} that was not advertised", ev.seq)
             return
@@ -563,7 +674,7 @@ class Validator:
             self._lifecycle(f"tool/result for call {call_id}, which is already resolved", ev.seq)
             return
         call.resolved = True
-        self.pending -= 1
+        life.pending -= 1
         if call.started:
             return
         message_id = message.get("id")
@@ -586,46 +697,49 @@ class Validator:
 
     def _user_message(self, ev: Event, data: dict[str, Any]) -> None:
         if dig(data, "source", "kind") == "user":
-            self.human_messages.add(ev.seq)
+            self.titles.human_messages.add(ev.seq)
 
     def _end_seed(self, ev: Event, data: dict[str, Any]) -> None:
         if data.get("inherited") is True:
-            self.tagged.append(ev.seq)
-        self.compaction_open = None  # every end-seed expires an open compaction bracket
+            self.markers.tagged.append(ev.seq)
+        self.lifecycle.compaction_open = None  # every end-seed expires an open compaction bracket
 
     def _compaction_start(self, ev: Event, data: dict[str, Any]) -> None:
-        self.compaction_open = ev.seq
+        self.lifecycle.compaction_open = ev.seq
 
     def _compaction_end(self, ev: Event, data: dict[str, Any]) -> None:
-        self.compaction_open = None
+        self.lifecycle.compaction_open = None
 
     def _compaction_boundary(self, ev: Event) -> None:
-        if self.compaction_open is not None:
+        life = self.lifecycle
+        if life.compaction_open is not None:
             self._lifecycle(
-                f"compaction bracket opened at seq {self.compaction_open} crosses a turn boundary",
+                f"compaction bracket opened at seq {life.compaction_open} crosses a turn boundary",
                 ev.seq,
             )
-            self.compaction_open = None
+            life.compaction_open = None
 
     def _command_run(self, ev: Event, data: dict[str, Any]) -> None:
+        life = self.lifecycle
         command_id = data.get("commandId")
         if not isinstance(command_id, str):
             self._lifecycle("command/run without a commandId", ev.seq)
             return
-        if command_id in self.commands_run:
+        if command_id in life.commands_run:
             self._lifecycle(f"commandId {command_id} is used twice", ev.seq)
-        self.commands_run.add(command_id)
+        life.commands_run.add(command_id)
 
     def _command_done(self, ev: Event, data: dict[str, Any]) -> None:
+        life = self.lifecycle
         command_id = data.get("commandId")
-        if not isinstance(command_id, str) or command_id not in self.commands_run:
+        if not isinstance(command_id, str) or command_id not in life.commands_run:
             if isinstance(command_id, str):
-                self.unmatched_done.add(command_id)
+                life.unmatched_done.add(command_id)
             self._lifecycle(f"command/done {command_id!r} follows no command/run", ev.seq)
-        elif command_id in self.commands_done:
+        elif command_id in life.commands_done:
             self._lifecycle(f"command/done {command_id} is recorded twice", ev.seq)
         else:
-            self.commands_done.add(command_id)
+            life.commands_done.add(command_id)
 
     def _title(self, ev: Event, data: dict[str, Any]) -> None:
         seqs = data.get("messageSeqs")
@@ -639,13 +753,15 @@ class Validator:
             return
         values = [nonneg_int(s) for s in seqs]
         if any(v is not None and v < self.base for v in values):
-            self.cites_before_base = True
+            self.titles.cites_before_base = True
         if not values:
             self.add("error", "TITLE", "a non-user title must cite user messages", ev.seq)
         elif len(set(values)) != len(values):
             self.add("error", "TITLE", "session/title messageSeqs has duplicates", ev.seq)
         else:
-            bad = [s for s, v in zip(seqs, values, strict=True) if v not in self.human_messages]
+            bad = [
+                s for s, v in zip(seqs, values, strict=True) if v not in self.titles.human_messages
+            ]
             if bad:
                 self.add(
                     "error",
@@ -655,10 +771,10 @@ class Validator:
                 )
 
     def _catalog(self, ev: Event, data: Any) -> None:
-        self.catalog.append((ev.seq, ev.data))
+        self.catalog.facts.append((ev.seq, ev.data))
 
     def _descriptor(self, ev: Event, data: Any) -> None:
-        self.descriptors.append((ev.seq, descriptor_problem(ev.data)))
+        self.catalog.descriptors.append((ev.seq, descriptor_problem(ev.data)))
 
     def _delivery(self, ev: Event, data: Any) -> None:
         data = ev.data
@@ -691,7 +807,7 @@ class Validator:
                 ev.seq,
             )
         if session_id != self.header.id:
-            self.foreign_markers.append((ev.seq, session_id))
+            self.markers.foreign_markers.append((ev.seq, session_id))
 
     # -- a log validated in two parts -------------------------------------------------------
 
@@ -702,16 +818,9 @@ class Validator:
         then the findings and state are exactly those of one validator fed every event. False
         (nothing changed) otherwise: the caller feeds the rest to this validator itself.
         """
-        if self.full and (
-            self.open_turn is not None
-            or self.open_step is not None
-            or self.pending
-            or self.compaction_open is not None
-            or self.next_turn != later.start_turn
-            or later.cites_before_base
-            or self.commands_run & later.commands_run
-            or self.commands_run & later.unmatched_done
-            or self.commands_done & later.commands_done
+        if self.full and not (
+            self.lifecycle.continued_by(later.lifecycle, later.start_turn)
+            and self.titles.continued_by(later.titles)
         ):
             return False
         for finding in later.findings:
@@ -720,21 +829,12 @@ class Validator:
             self._per_code[code] = self._per_code.get(code, 0) + extra
             _, mine = self._overflow.get(code, (severity, 0))
             self._overflow[code] = (severity, mine + extra)
-        for name in ("next_turn", "open_turn", "open_turn_seq", "open_step", "next_step"):
-            setattr(self, name, getattr(later, name))
-        self.calls, self.pending = later.calls, later.pending
-        self.compaction_open = later.compaction_open
-        self.commands_run |= later.commands_run
-        self.commands_done |= later.commands_done
-        self.unmatched_done |= later.unmatched_done
-        self.human_messages |= later.human_messages
-        self.tagged += later.tagged
-        self.catalog += later.catalog
-        self.descriptors += later.descriptors
-        self.foreign_markers += later.foreign_markers
-        self.turn_ends += later.turn_ends
-        self.events += later.events
+        for group, later_group in zip(self._groups(), later._groups(), strict=True):
+            group.absorb(later_group)
         return True
+
+    def _groups(self) -> tuple[_State, ...]:
+        return (self.envelope, self.lifecycle, self.titles, self.catalog, self.markers)
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -742,10 +842,11 @@ class Validator:
     def cut(self) -> int:
         if self.version < 2:
             return self.header.seed_length or 0
-        return self.tagged[-1] if self.tagged else 0
+        return self.markers.tagged[-1] if self.markers.tagged else 0
 
     def finish(self) -> list[Finding]:
         """Rules that need the whole log (the cut, the open turn); returns every finding."""
+        life = self.lifecycle
         if self.finished:
             return self.findings
         self.finished = True
@@ -762,7 +863,7 @@ class Validator:
         cut = self.cut
         self._catalog_rules(cut)
         self._descriptor_rules(cut)
-        for seq, session_id in self.foreign_markers:
+        for seq, session_id in self.markers.foreign_markers:
             if seq < cut and self.header.parent_session is not None:
                 continue
             self.add(
@@ -772,44 +873,44 @@ class Validator:
                 f"({'own range' if seq >= cut else 'no parentSession'})",
                 seq,
             )
-        if self.open_turn is not None:
-            parts = [f"turn {self.open_turn} is open (started at seq {self.open_turn_seq})"]
-            if self.open_step is not None:
-                parts.append(f"step {self.open_step} is open")
+        if life.open_turn is not None:
+            parts = [f"turn {life.open_turn} is open (started at seq {life.open_turn_seq})"]
+            if life.open_step is not None:
+                parts.append(f"step {life.open_step} is open")
             pending = self.unresolved()
             if pending:
                 parts.append(f"unresolved tool calls: {', '.join(pending)}")
-            self.add("info", "OPEN_TURN", "; ".join(parts), self.open_turn_seq)
+            self.add("info", "OPEN_TURN", "; ".join(parts), life.open_turn_seq)
         return self._close()
 
     def _header_rules(self) -> None:
         header = self.header
         if self.version < 2:
             seed = header.seed_length
-            if seed is not None and seed > self.events:
+            if seed is not None and seed > self.envelope.events:
                 self.add(
                     "error",
                     "SEEDED_MISMATCH",
-                    f"header seedLength {seed} exceeds the event count {self.events}",
+                    f"header seedLength {seed} exceeds the event count {self.envelope.events}",
                 )
             return
-        if header.is_seeded and not self.tagged:
+        if header.is_seeded and not self.markers.tagged:
             self.add(
                 "error",
                 "SEEDED_MISMATCH",
                 'header isSeeded is true but no session/end-seed {"inherited":true} exists',
             )
-        elif not header.is_seeded and self.tagged:
+        elif not header.is_seeded and self.markers.tagged:
             self.add(
                 "error",
                 "SEEDED_MISMATCH",
                 "header isSeeded is false but the log has tagged end-seed markers",
-                self.tagged[0],
+                self.markers.tagged[0],
             )
 
     def _catalog_rules(self, cut: int) -> None:
         seen: dict[str, int] = {}
-        for seq, data in self.catalog:
+        for seq, data in self.catalog.facts:
             if seq < cut:
                 continue
             problem = catalog_problem(data)
@@ -830,7 +931,7 @@ class Validator:
     def _descriptor_rules(self, cut: int) -> None:
         if self.header.origin != "subagent":
             return
-        own = [(seq, problem) for seq, problem in self.descriptors if seq >= cut]
+        own = [(seq, problem) for seq, problem in self.catalog.descriptors if seq >= cut]
         for seq, problem in own:
             if problem is not None:
                 self.add(
@@ -840,7 +941,7 @@ class Validator:
         if len(valid) == 1:
             return
         if not own:
-            inherited = any(seq < cut for seq, _ in self.descriptors)
+            inherited = any(seq < cut for seq, _ in self.catalog.descriptors)
             note = " (only an inherited one)" if inherited else ""
             message = f"subagent child has no own-range descriptor{note}"
         else:
@@ -850,7 +951,7 @@ class Validator:
     def own_catalog(self) -> list[tuple[int, Any]]:
         """Own-range catalog facts (seq, data), valid or not."""
         cut = self.cut
-        return [(seq, data) for seq, data in self.catalog if seq >= cut]
+        return [(seq, data) for seq, data in self.catalog.facts if seq >= cut]
 
     def _close(self) -> list[Finding]:
         for code, (severity, extra) in self._overflow.items():

@@ -707,3 +707,25 @@ def test_empty_dir_and_own_catalog_of_check_dir(root: Path, clock: Clock) -> Non
     result = check_dir(spec.publish(root))
     assert result.readable
     assert [(s, d["childId"]) for s, d in result.own_catalog] == [(seq, "session-kid")]
+
+
+def test_every_piece_of_validation_state_says_how_two_parts_combine() -> None:
+    """The two-process pass merges state by each field's declared rule: a field without one
+    would be dropped silently, so none may exist, and every state group takes part."""
+    import dataclasses
+    from typing import get_args
+
+    from dsh_fork.records import parse_header
+    from dsh_fork.validation import Merge, Validator, _State
+
+    header = parse_header(SessionSpec(id="s", created_at=1).header_line().rstrip(b"\n"), 4)
+    validator = Validator(header, 4)
+    groups = [
+        getattr(validator, f.name)
+        for f in dataclasses.fields(validator)
+        if isinstance(getattr(validator, f.name), _State)
+    ]
+    assert groups == list(validator._groups())
+    for group in groups:
+        for item in dataclasses.fields(group):
+            assert item.metadata.get("merge") in get_args(Merge), (type(group), item.name)
