@@ -222,6 +222,8 @@ class PackedLog(SessionLog):
         body_frames: tuple[zframes.Frame, ...],
         torn: TornTail | None,
         body: bytes,
+        *,
+        wanted: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(generation, data, identity, header, header_end, body_frames, torn)
         where = self.where
@@ -243,6 +245,7 @@ class PackedLog(SessionLog):
             )
         self._events = events
         self._kept = tuple(kept)
+        self.collected = [ev for ev in events if ev.type in wanted]
 
     @property
     def event_count(self) -> int:
@@ -301,6 +304,11 @@ class FramedLog(SessionLog):
 
     @property
     def index(self) -> FrameIndex:
+        return self.build_index()
+
+    def build_index(self) -> FrameIndex:
+        """The index, built now if no pass has built it yet (with the torn tail's kept lines:
+        they are known once the committed count is)."""
         if self._index is None:
             chunks, collected = _index_frames(self.data, self.body_frames, self._wanted, self.where)
             collected.extend(self._finish(chunks, chunks[-1].end_seq if chunks else 0))
@@ -342,7 +350,7 @@ class FramedLog(SessionLog):
 
     @property
     def recovered(self) -> tuple[bytes, ...]:
-        self.index  # noqa: B018  (the kept lines are known once the committed count is)
+        self.build_index()
         return self._kept
 
     @property
@@ -364,9 +372,10 @@ class FramedLog(SessionLog):
         """The torn tail's kept events after a pass in parts (its chunk goes to ``chunks``)."""
         return self._tail(next_seq, chunks)
 
-    def adopt_index(self, chunks: list[Chunk]) -> None:
-        """The index of every pending frame, built by ``part_events`` passes."""
-        self._adopt(chunks)
+    def adopt_index(self, chunks: list[Chunk], collected: list[Event] | None = None) -> None:
+        """The index of every pending frame, built by ``part_events`` passes (and the events
+        of the types asked for at open, when the pass gathered them)."""
+        self._adopt(chunks, collected)
 
     # -- lines ------------------------------------------------------------------------------
 
@@ -793,19 +802,18 @@ def open_log(
             torn = TornTail(committed, len(data) - committed, ())
         body = data[header_end + 1 : committed]
         if generation.version < 2:
-            log: SessionLog = PackedLog(
-                generation, data, identity, header, header_end + 1, (), torn, body
+            return PackedLog(
+                generation, data, identity, header, header_end + 1, (), torn, body, wanted=wanted
             )
-        else:
-            framed = FramedLog(generation, data, identity, header, header_end + 1, (), torn)
-            lines = split_lines(body, where=where)
-            for offset, line in enumerate(lines):
-                parse_event(line, offset, where=where)
-            framed.adopt_index([Chunk((), 0, len(lines))] if lines else [])
-            log = framed
-        if wanted:
-            log.collected = list(log.events(wanted))
-        return log
+        framed = FramedLog(generation, data, identity, header, header_end + 1, (), torn)
+        lines = split_lines(body, where=where)
+        collected = []
+        for offset, line in enumerate(lines):
+            ev = parse_event(line, offset, where=where)
+            if ev.type in wanted:
+                collected.append(ev)
+        framed.adopt_index([Chunk((), 0, len(lines))] if lines else [], collected)
+        return framed
     scan = zframes.scan(data)
     if not scan.frames:
         raise CorruptLog(f"{where}: no complete frame", path=where)
@@ -822,16 +830,22 @@ def open_log(
     if generation.version < 2:
         plaintexts = zframes.decode_many(data, body_frames, 1, zframes.MAX_WHOLE_PLAINTEXT)
         plaintext = b"".join(plaintexts)
-        packed = PackedLog(
-            generation, data, identity, header, header_end, body_frames, torn, plaintext
+        return PackedLog(
+            generation,
+            data,
+            identity,
+            header,
+            header_end,
+            body_frames,
+            torn,
+            plaintext,
+            wanted=wanted,
         )
-        packed.collected = list(packed.events(wanted)) if wanted else []
-        return packed
     framed = FramedLog(
         generation, data, identity, header, header_end, body_frames, torn, wanted=wanted
     )
     if index:
-        framed.index  # noqa: B018
+        framed.build_index()
     return framed
 
 
