@@ -42,6 +42,7 @@ from .records import (
     split_lines,
 )
 
+_NO_HEADER_FRAME = "{where}: no complete frame: an empty or header-less log"
 HEADER_PROBE_BYTES = 16 * 1024
 HEADER_FIRST_READ = 4 * 1024
 HEADER_MAX_READ = 2 * zframes.MAX_HEADER_PLAINTEXT
@@ -731,7 +732,7 @@ def read_header_line(path: str | Path, encoding: Encoding) -> bytes:
                     return _header_line(data, scan.frames[0], where)
             more = os.read(fd, max(len(data), HEADER_PROBE_BYTES))
             if not more:
-                raise CorruptLog(f"{where}: no complete header", path=where)
+                raise CorruptLog(_NO_HEADER_FRAME.format(where=where), path=where)
             data += more
     finally:
         os.close(fd)
@@ -816,7 +817,7 @@ def open_log(
         return framed
     scan = zframes.scan(data)
     if not scan.frames:
-        raise CorruptLog(f"{where}: no complete frame", path=where)
+        raise CorruptLog(_NO_HEADER_FRAME.format(where=where), path=where)
     header_line = _header_line(data, scan.frames[0], where)
     header = parse_header(header_line, generation.version, where=where)
     torn = None

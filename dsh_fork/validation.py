@@ -1223,8 +1223,14 @@ def _header_finding(generation: Generation) -> Finding | None:
         raw = header_version(fields)
         if raw is not None and raw != generation.version:
             return _version_mismatch(generation, raw)
-        code = "CORRUPT_LOG" if fields is None else "HEADER_INVALID"
-        return Finding("error", code, exc.message)
+        # The container (no header frame, a frame that does not decode or holds more than the
+        # header line) is corrupt; a header frame holding a bad record is HEADER_INVALID.
+        in_container = fields is None or exc.details.get("frame") is not None
+        code = "CORRUPT_LOG" if in_container else "HEADER_INVALID"
+        message = exc.message
+        if str(generation.path) not in message:
+            message = f"{generation.path}: {message}"
+        return Finding("error", code, message)
     except OSError as exc:
         return Finding("error", "CORRUPT_LOG", f"{generation.path}: unreadable ({exc.strerror})")
     return None

@@ -115,6 +115,30 @@ def test_agree_py_agrees_on_every_judged_case() -> None:
     assert proc.returncode == 0 and agreed == total, proc.stdout
 
 
+LISTING_SKIPS = {
+    "empty-file": "CORRUPT_LOG",
+    "partial-only": "CORRUPT_LOG",
+    "two-lines-header": "CORRUPT_LOG",
+    "bad-checksum-header": "CORRUPT_LOG",
+    "not-header": "HEADER_INVALID",
+}
+
+
+@pytest.mark.parametrize(("case", "code"), sorted(LISTING_SKIPS.items()))
+def test_a_session_dsh_listing_skips_is_that_sessions_error_in_doctor_and_inspect(
+    case: str, code: str
+) -> None:
+    """DSH's list() skips it and open() refuses it: one session's error, the same line from
+    doctor and inspect (exit 9), never a root finding and never silence."""
+    root = ROOTS / f"zs-v4--{case}--root"
+    [finding] = doctor(Root(root)).errors
+    assert (finding.scope, finding.code) == ("session", code)
+    [session_dir] = session_dirs(root)
+    with pytest.raises(CorruptLog) as caught:
+        inspect_dir(session_dir)
+    assert caught.value.exit_code == 9 and caught.value.message == finding.message
+
+
 # -- every root, read as a user would ------------------------------------------------------------
 
 
