@@ -42,6 +42,9 @@ from .records import (
     split_lines,
 )
 
+MAX_RUN_BYTES = 256 << 20
+"""The most plaintext one record may span across frames: memory stays bounded even when no
+frame of a damaged log ends a line (DSH writes every frame on a line boundary)."""
 _NO_HEADER_FRAME = "{where}: no complete frame: an empty or header-less log"
 HEADER_PROBE_BYTES = 16 * 1024
 HEADER_FIRST_READ = 4 * 1024
@@ -629,6 +632,7 @@ def _runs(
     Plaintext that never reaches a line boundary is a torn record (format §5.3)."""
     pending: list[zframes.Frame] = []
     parts: list[bytes] = []
+    size = 0
     start = first_index
     plaintexts = zframes.decode_many(data, frames, first_index + 1)
     with contextlib.closing(plaintexts):
@@ -638,9 +642,16 @@ def _runs(
             pending.append(frame)
             if plaintext:
                 parts.append(plaintext)
+                size += len(plaintext)
+                if size > MAX_RUN_BYTES and plaintext[-1] != 0x0A:
+                    raise CorruptLog(
+                        f"{where}: a record spans frames {start + 2}..{k + 2}, more than "
+                        f"{MAX_RUN_BYTES >> 20} MiB without a line end",
+                        frame=k + 1,
+                    )
                 if plaintext[-1] == 0x0A:
                     yield start, tuple(pending), b"".join(parts)
-                    pending, parts = [], []
+                    pending, parts, size = [], [], 0
     if parts:
         raise CorruptLog(
             f"{where}: complete frame {start + len(pending) + 1} contains a torn JSONL record",

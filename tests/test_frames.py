@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
+from dsh_fork import reader
 from dsh_fork.errors import CorruptLog, DshForkError
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.generations import Generation
@@ -625,3 +626,16 @@ def test_write_log_file_frames_the_header_alone(tmp_path: Path) -> None:
     scan = zframes.scan(data)
     assert len(scan.frames) == 2
     assert zframes.decode(data, scan.frames[0]) == HEADER + b"\n"
+
+
+def test_a_record_spanning_frames_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory stays bounded when no frame ends a line: past the bound the log is corrupt."""
+    record = lines_of(0, 1)
+    pieces = [record[k : k + 10] for k in range(0, len(record), 10)]
+    data = zframes.encode(HEADER + b"\n") + b"".join(zframes.encode(p) for p in pieces)
+    assert len(open_bytes(gen_at(tmp_path), data).chunks[0].frames) == len(pieces)
+    monkeypatch.setattr(reader, "MAX_RUN_BYTES", 25)
+    with pytest.raises(CorruptLog, match=r"a record spans frames 2\.\.4, more than"):
+        open_bytes(gen_at(tmp_path), data)
