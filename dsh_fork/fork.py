@@ -112,14 +112,13 @@ def fork(
     # The catalog facts of the prefix decide which subagents the child's branch holds; fork
     # hands them to relink with the fork point, so relink never re-reads the child it wrote.
     types = [PRESET_TYPE, CATALOG_TYPE] if agents else [PRESET_TYPE]
-    # Every frame is decoded and checksum-verified; the frames copied verbatim are checked at
-    # their edges, the frame holding the boundary line by line (reader.open_log).
+    # Every frame is decoded and checksum-verified and every line's envelope checked, so each
+    # line copied is one DSH accepts (reader.open_log).
     log = open_log(generation, collect=types)
     facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
     last = -1 if boundary is None else boundary
-    whole = log.whole_frames(last) if last >= 0 else 0
-    cut_frame = last >= 0 and whole < len(log.chunks) and log.chunks[whole].first_seq <= last
+    whole, cut_frame = log.prefix_frames(last)
     if child_id is None and not dry_run:
         child_id = seeded.fresh_id(root, new_id)
     project_dir = root.path / project_dir_name(log.header.cwd)

@@ -212,6 +212,11 @@ class SessionLog(abc.ABC):
         """``prefix_run`` with the whole frames one by one."""
         raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
 
+    def prefix_frames(self, last: int) -> tuple[int, bool]:
+        """What ``prefix_run(last)`` gives, without copying: (how many frames it copies
+        verbatim, whether lines of a cut run are re-encoded)."""
+        raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
+
 
 class PackedLog(SessionLog):
     """A v0/v1 log: packed rows expanded into events once (format §9)."""
@@ -509,6 +514,13 @@ class FramedLog(SessionLog):
             lines = self.chunk_lines(whole)[: last - chunk.first_seq + 1]
             tail = b"".join(line + b"\n" for line in lines)
         return run, count, tail
+
+    def prefix_frames(self, last: int) -> tuple[int, bool]:
+        if last < 0:
+            return 0, False
+        whole = self._whole_chunks(last)
+        count = sum(len(chunk.frames) for chunk in self.chunks[:whole])
+        return count, whole < len(self.chunks) and self.chunks[whole].first_seq <= last
 
     def _whole_chunks(self, last: int) -> int:
         """How many leading chunks hold only events ``0..last`` (0 for a plain log)."""
