@@ -1,0 +1,96 @@
+"""``dsh-fork tree``: the fork family graph of the root, or of one session's family."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import typer
+
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, printable, root_of, run
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..lineage import Lineage, Node
+
+
+class Format(StrEnum):
+    text = "text"
+    mermaid = "mermaid"
+    dot = "dot"
+
+
+def _rich(out: Out, lineage: Lineage) -> None:
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from ..tree import describe
+
+    def label(node: Node) -> Text:
+        text = Text()
+        text.append(node.id, style="bold")
+        text.append("  " + describe(node), style="yellow" if node.flags else "")
+        return text
+
+    top = Tree(Text(f"{lineage.root}", style="dim"), guide_style="dim")
+
+    def add(branch: Tree, node: Node) -> None:
+        child = branch.add(label(node))
+        for kid in node.children:
+            add(child, kid)
+
+    for node in lineage.tops:
+        add(top, node)
+    out.console.print(top)
+
+
+def _summary(lineage: Lineage) -> str:
+    counts = lineage.counts()
+    parts = [f"{n} {kind}" for kind, n in counts.items() if n]
+    return f"{sum(counts.values())} sessions: " + (", ".join(parts) or "none")
+
+
+def _render(out: Out, lineage: Lineage) -> None:
+    from ..tree import plain_lines
+
+    if not lineage.tops:
+        out.line(f"no sessions in {lineage.root}")
+        return
+    if out.rich:
+        _rich(out, lineage)
+    else:
+        for line in plain_lines(lineage):
+            out.line(line)
+    out.line(_summary(lineage))
+
+
+@app.command("tree")
+def tree_command(
+    session: str | None = typer.Argument(
+        None, metavar="[SESSION]", help="Show only the family of this session (id, dir or log)."
+    ),
+    fmt: Format = typer.Option(
+        Format.text, "--format", help="text (default), mermaid or dot (a picture's source)."
+    ),
+    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """Show forks, subagents and copies as a tree (read-only).
+
+    Forks show where they were cut (seq and turn), copies the subagent they were copied from;
+    orphans, self-parents, cycles and unreadable sessions are flagged, never fatal.
+
+    Example: dsh-fork tree session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --format mermaid
+    """
+    from ..lineage import lineage_arg
+
+    out = Out(json_mode)
+    lineage = run(out, lambda: lineage_arg(session, root_of(root)))
+    if fmt is Format.text or json_mode:
+        emit(out, lineage, _render, warnings=lineage.warnings)
+        return
+    from ..tree import dot, mermaid
+
+    for warning in lineage.warnings:
+        out.warn(warning)
+    sys.stdout.write(printable(mermaid(lineage) if fmt is Format.mermaid else dot(lineage)))

@@ -1,0 +1,417 @@
+"""The fork family graph of a root: who is a fork, subagent or copy of whom (``tree``).
+
+The graph is built from header frames alone (``Root.entries``): ``parentSession``, ``origin`` and
+``isSeeded`` say every edge and every kind. Logs are opened only for the few facts a header
+cannot give: the cut of a seeded session (forks and copies), and the provenance of a copy (which
+subagent it was copied from, semantics §4.3). With a SESSION, only that family is shown, and
+its members' titles, labels and turn counts are read too. Orphans, self-parents and cycles are
+shown where they are, never fatal; a session whose header cannot be read is a node of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .discovery import Root, SessionEntry, locate
+from .errors import DshForkError
+from .generations import Generation
+from .layout import resolve_root
+from .model import Facts, derive
+from .provenance import Logged, match_copies
+from .reader import open_log
+
+Kind = Literal["root", "fork", "subagent", "copy", "linked", "unreadable"]
+KINDS: tuple[Kind, ...] = ("root", "fork", "subagent", "copy", "linked", "unreadable")
+
+FACT_TYPES = (
+    "turn/start",
+    "turn/end",
+    "session/end-seed",
+    "session/title",
+    "subagent/descriptor",
+)
+"""What a node's facts are folded from: a filtered read of its log (only these are parsed)."""
+
+PARENT_MISSING = "parent missing"
+SELF_PARENT = "self-parent"
+CYCLE = "cycle"
+DUPLICATE_ID = "duplicate id"
+
+
+@dataclass
+class Node:
+    """One session of the root, placed under its parent (or at the top)."""
+
+    id: str
+    path: str
+    """``<project dir>/<session dir>``, unique even when an id is not."""
+    kind: Kind
+    parent: str | None
+    created_at: int | None
+    is_seeded: bool
+    session_dir: Path = field(repr=False)
+    generation: Generation | None = field(default=None, repr=False)
+    cut: int | None = None
+    cut_turn: int | None = None
+    turns: int | None = None
+    open_turn: bool | None = None
+    title: str | None = None
+    label: str | None = None
+    copy_of: str | None = None
+    error: str | None = None
+    flags: list[str] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list, repr=False)
+    facts: Facts | None = field(default=None, repr=False)
+
+    @property
+    def project(self) -> str:
+        return self.path.split("/", 1)[0]
+
+    @property
+    def forked_at(self) -> int | None:
+        """The source seq the fork was cut after (``fork --at``): cut − 1."""
+        return None if self.cut is None or self.cut < 1 else self.cut - 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "kind": self.kind,
+            "parentSession": self.parent,
+            "createdAt": self.created_at,
+            "isSeeded": self.is_seeded,
+            "version": None if self.generation is None else self.generation.version,
+            "cut": self.cut,
+            "forkedAt": self.forked_at,
+            "cutTurn": self.cut_turn,
+            "turns": self.turns,
+            "openTurn": self.open_turn,
+            "title": self.title,
+            "label": self.label,
+            "copyOf": self.copy_of,
+            "error": self.error,
+            "flags": self.flags,
+            "children": [child.path for child in self.children],
+        }
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``parent`` → ``child`` by header (kind = the child's kind), or copy → source."""
+
+    source: Node
+    target: Node
+    kind: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from": self.source.id,
+            "to": self.target.id,
+            "fromPath": self.source.path,
+            "toPath": self.target.path,
+            "kind": self.kind,
+        }
+
+
+@dataclass
+class Lineage:
+    """The forest of a root (or of one family): top nodes with their descendants."""
+
+    root: Path
+    session: str | None
+    tops: list[Node]
+    warnings: list[str] = field(default_factory=list)
+
+    def nodes(self) -> Iterator[Node]:
+        """Every node once, depth first in display order."""
+        stack = list(reversed(self.tops))
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def edges(self) -> list[Edge]:
+        by_id = {node.id: node for node in self.nodes()}
+        out: list[Edge] = []
+        for node in self.nodes():
+            for child in node.children:
+                out.append(Edge(node, child, child.kind))
+        for node in self.nodes():
+            source = by_id.get(node.copy_of) if node.copy_of else None
+            if source is not None:
+                out.append(Edge(node, source, "copy-of"))
+        return out
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(KINDS, 0)
+        for node in self.nodes():
+            counts[node.kind] += 1
+        return counts
+
+    def unreadable(self) -> list[Node]:
+        return [node for node in self.nodes() if node.kind == "unreadable"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "session": self.session,
+            "counts": self.counts(),
+            "tops": [node.path for node in self.tops],
+            "nodes": [node.to_json() for node in self.nodes()],
+            "edges": [edge.to_json() for edge in self.edges()],
+            "unreadable": [{"path": n.path, "error": n.error} for n in self.unreadable()],
+        }
+
+
+# -- building the forest --------------------------------------------------------------------
+
+
+def _kind(entry: SessionEntry) -> Kind:
+    header = entry.header
+    if header is None:
+        return "unreadable"
+    if header.parent_session is None:
+        return "root"
+    if header.origin == "subagent":
+        return "copy" if header.is_seeded else "subagent"
+    return "fork" if header.is_seeded else "linked"
+
+
+def _node(root: Path, entry: SessionEntry) -> Node:
+    header = entry.header
+    session_dir = entry.session_dir
+    generation = entry.generation
+    node = Node(
+        id=entry.id or session_dir.name,
+        path=f"{session_dir.parent.name}/{session_dir.name}",
+        kind=_kind(entry),
+        parent=entry.parent,
+        created_at=entry.created_at if entry.created_at or header else None,
+        is_seeded=bool(header and header.is_seeded),
+        session_dir=session_dir,
+        generation=generation,
+    )
+    if header is None:
+        error = entry.error
+        node.error = error.message if error is not None else "unreadable header"
+        node.flags.append("unreadable")
+    return node
+
+
+def _order(node: Node) -> tuple[int, str, str]:
+    return (node.created_at or 0, node.id, node.path)
+
+
+def build_forest(root: Root) -> list[Node]:
+    """Every session of ``root`` placed under its parent; returns the top nodes, sorted.
+
+    A node is at the top when it names no parent, when its parent is not in the root (flagged
+    ``parent missing``), when it names itself, or when it is the first (oldest) member of a
+    parent cycle (flagged ``cycle``; the edge that closes the cycle is not followed).
+    """
+    nodes = [_node(root.path, entry) for entry in root.entries()]
+    by_id: dict[str, Node] = {}
+    for node in sorted(nodes, key=_order):
+        if node.id in by_id:
+            node.flags.append(DUPLICATE_ID)
+        else:
+            by_id[node.id] = node
+    tops: list[Node] = []
+    placed: dict[str, Node | None] = {}  # path → its parent node (None: a top node)
+    for node in nodes:
+        parent_id = node.parent
+        if parent_id is None:
+            placed[node.path] = None
+        elif parent_id == node.id:
+            node.flags.append(SELF_PARENT)
+            placed[node.path] = None
+        elif parent_id not in by_id:
+            node.flags.append(PARENT_MISSING)
+            placed[node.path] = None
+        else:
+            placed[node.path] = by_id[parent_id]
+    # A node that does not reach a top by its parents lies on (or hangs off) a cycle.
+    reaches: dict[str, bool] = {}
+    for node in sorted(nodes, key=_order):
+        trail: list[Node] = []
+        seen: set[str] = set()
+        current: Node | None = node
+        while current is not None and current.path not in reaches:
+            if current.path in seen:  # a cycle: its oldest member becomes a top
+                loop = trail[trail.index(current) :]
+                head = min(loop, key=_order)
+                head.flags.append(CYCLE)
+                placed[head.path] = None
+                reaches[head.path] = True
+                break
+            seen.add(current.path)
+            trail.append(current)
+            current = placed[current.path]
+        for member in trail:
+            reaches[member.path] = True
+    for node in nodes:
+        parent = placed[node.path]
+        if parent is None:
+            tops.append(node)
+        else:
+            parent.children.append(node)
+    for node in nodes:
+        node.children.sort(key=_order)
+    return sorted(tops, key=_order)
+
+
+def _is_lonely(node: Node) -> bool:
+    return node.parent is None and not node.children
+
+
+def family_of(tops: list[Node], session_dir: Path) -> Node | None:
+    """The top node whose tree holds the session dir."""
+    target = session_dir.resolve()
+    for top in tops:
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            if node.session_dir.resolve() == target:
+                return top
+            stack.extend(node.children)
+    return None
+
+
+# -- the facts logs are opened for ------------------------------------------------------------
+
+
+def _read_facts(node: Node) -> tuple[Facts, Any] | None:
+    """Open the node's log for the facts of ``FACT_TYPES``; an unreadable log flags the node."""
+    generation = node.generation
+    if generation is None or node.kind == "unreadable":
+        return None
+    try:
+        log = open_log(generation, collect=FACT_TYPES)
+    except DshForkError as exc:
+        node.error = exc.message
+        node.flags.append("unreadable log")
+        return None
+    except OSError as exc:
+        node.error = f"{generation.path}: unreadable ({exc.strerror})"
+        node.flags.append("unreadable log")
+        return None
+    facts = derive(log.header, log.event_count, log.collected)
+    facts.torn = log.torn
+    return facts, log
+
+
+def _apply(node: Node, facts: Facts) -> None:
+    node.facts = facts
+    cut = facts.cut
+    ends = facts.turn_ends
+    node.turns = len(ends)
+    node.open_turn = facts.open_turn is not None
+    node.title = facts.title
+    descriptor = facts.descriptor()
+    if descriptor is not None and isinstance(descriptor.data, dict):
+        label = descriptor.data.get("label")
+        node.label = label if isinstance(label, str) else None
+    if node.is_seeded:
+        node.cut = cut
+        node.cut_turn = sum(1 for seq in ends if seq < cut)
+
+
+def _enrich(tops: list[Node], *, everyone: bool) -> None:
+    """Read the facts of seeded nodes (and, with ``everyone``, of every node with relatives),
+    then match each seeded subagent to the session it was copied from."""
+    stack = list(tops)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.is_seeded or (everyone and not _is_lonely(node)):
+            read = _read_facts(node)
+            if read is not None:
+                _apply(node, read[0])
+    for top in tops:
+        _provenance(top, {})
+
+
+def _source_of(node: Node, by_id: Mapping[str, Node]) -> Node | None:
+    """Whose subagents a node's copies come from: a fork's parent, a copy's original."""
+    if node.kind == "fork" and node.parent is not None:
+        return by_id.get(node.parent)
+    if node.kind == "copy" and node.copy_of is not None:
+        return by_id.get(node.copy_of)
+    return None
+
+
+def _index(top: Node) -> dict[str, Node]:
+    out: dict[str, Node] = {}
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        out.setdefault(node.id, node)
+        stack.extend(node.children)
+    return out
+
+
+def _logged(node: Node) -> Logged | None:
+    read = _read_facts(node)
+    if read is None:
+        return None
+    facts, log = read
+    return Logged(node.id, log, facts)
+
+
+def _provenance(top: Node, by_id: dict[str, Node]) -> None:
+    """copy-of for every copy of the family, parents before children (a copy's own copies are
+    matched against its original's subagents). Logs are opened one parent at a time."""
+    index = by_id or _index(top)
+    queue = [top]
+    while queue:
+        node = queue.pop(0)
+        queue.extend(node.children)
+        copies = [c for c in node.children if c.kind == "copy"]
+        if not copies:
+            continue
+        candidates: list[Node] = []
+        source = _source_of(node, index)
+        seen: set[str] = {node.path}
+        while source is not None and source.path not in seen:
+            seen.add(source.path)
+            candidates += [c for c in source.children if c.kind in ("subagent", "copy")]
+            source = _source_of(source, index)
+        if not candidates:
+            continue
+        existing = [x for x in (_logged(c) for c in copies) if x is not None]
+        offered = [x for x in (_logged(c) for c in candidates) if x is not None]
+        for copy_id, source_id in match_copies(existing, offered).items():
+            for copy in copies:
+                if copy.id == copy_id:
+                    copy.copy_of = source_id
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def lineage(root: Root, *, session_dir: Path | None = None, session: str | None = None) -> Lineage:
+    """The forest of ``root``, or only the family holding ``session_dir``."""
+    tops = build_forest(root)
+    if session_dir is not None:
+        family = family_of(tops, session_dir)
+        tops = [] if family is None else [family]
+    _enrich(tops, everyone=session_dir is not None)
+    result = Lineage(root.path, session, tops)
+    for node in result.unreadable():
+        result.warnings.append(f"unreadable session {node.path}: {node.error}")
+    return result
+
+
+def lineage_arg(
+    arg: str | None, root_option: str | None, *, env: Mapping[str, str] | None = None
+) -> Lineage:
+    """Resolve an optional SESSION argument and build its lineage (the ``tree`` command)."""
+    if arg is None:
+        return lineage(Root(resolve_root(root_option, env)))
+    located = locate(arg, root_option, env)
+    found = lineage(located.root, session_dir=located.session_dir, session=arg)
+    found.warnings[:0] = located.warnings
+    return found

@@ -1,0 +1,85 @@
+"""Fork families for the tree, diff, du and turns tests, built with the library itself.
+
+A fixture root (``generate``) gives a top session with a subagent tree; forks are made with
+``fork_session`` (deterministic ids and clock), forks of forks on top, each relinked or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsh_fork.discovery import Root
+from dsh_fork.fixtures import Clock, Ids, generate
+from dsh_fork.fork import fork_session
+from dsh_fork.generations import list_generations
+from dsh_fork.model import derive
+from dsh_fork.reader import open_log
+from dsh_fork.relink import relink
+
+NOW = 1_800_000_000_000
+
+
+@dataclass
+class Family:
+    """A root holding one fork family: ``top`` with its agents, forks A and B of it, and AA,
+    a fork of A (a fork of a fork). Which of them have their subagent copies is the
+    builder's choice."""
+
+    root: Path
+    top: str
+    fork_a: str
+    fork_b: str
+    fork_aa: str
+    cuts: dict[str, int]
+    """Each fork's boundary (the ``--at`` it was made with)."""
+
+
+def turn_ends(root: Path, session_id: str) -> list[int]:
+    session_dir = Root(root).find(session_id)
+    log = open_log(list_generations(session_dir)[-1], collect=("turn/start", "turn/end"))
+    return derive(log.header, log.event_count, log.collected).turn_ends
+
+
+def build_family(root: Path, *, relinked: bool, seed: int = 11) -> Family:
+    """top (4 turns, 2 agents of 2 agents each, catalogued after turn 1), A = fork after
+    turn 2, B = fork after turn 3, AA = fork of A at its end. With ``relinked`` every fork
+    gets its copies in the same run (``fork`` copies the subagents), else none has any."""
+    summary = generate(root, sessions=1, agents=2, depth=2, turns=4, seed=seed)
+    top = summary.top_level[0]
+    clock = Clock(NOW)
+    ids = Ids(seed + 1000)
+    ends = turn_ends(root, top)
+    cuts: dict[str, int] = {}
+
+    def fork(source: str, child: str, at: int | None) -> None:
+        result = fork_session(
+            source,
+            str(root),
+            at=at,
+            child_id=child,
+            agents=relinked,
+            dry_run=False,
+            clock=clock,
+            new_id=ids,
+            oplog_path=root.parent / "oplog",
+        )
+        assert result.boundary is not None
+        cuts[child] = result.boundary
+
+    fork(top, "fork-a", ends[1])
+    fork(top, "fork-b", ends[2])
+    fork("fork-a", "fork-aa", None)
+    return Family(root, top, "fork-a", "fork-b", "fork-aa", cuts)
+
+
+def relink_fork(family: Family, fork_id: str, seed: int = 99) -> None:
+    """Relink one fork later (its copies made by ``relink``, not by ``fork``)."""
+    root = Root(family.root)
+    relink(
+        root,
+        root.find(fork_id),
+        oplog_path=family.root.parent / "oplog",
+        clock=Clock(NOW + 10_000_000),
+        new_id=Ids(seed),
+    )
