@@ -35,6 +35,7 @@ from .records import (
     nonneg_int,
     parse_event,
 )
+from .turns import TurnSummary, turn_summaries
 from .validation import (
     Finding,
     GenerationInfo,
@@ -244,6 +245,8 @@ class InspectReport:
     last_inherited_time: int | None
     findings: list[Finding]
     warnings: list[str]
+    turn_list: list[TurnSummary] | None = None
+    """One summary per turn (``inspect --turns``), else None."""
 
     @property
     def header(self) -> dict[str, Any]:
@@ -361,6 +364,8 @@ class InspectReport:
         }
         if self.event_lines is not None and with_events:
             out["eventList"] = [line.to_json() for line in self.event_lines]
+        if self.turn_list is not None:
+            out["turnList"] = [turn.to_json() for turn in self.turn_list]
         return out
 
 
@@ -596,11 +601,20 @@ def _future_details(error: UnsupportedFormat) -> UnsupportedFormat:
 
 
 def inspect_arg(
-    arg: str, root_option: str | None, *, events: bool, env: Mapping[str, str] | None = None
+    arg: str,
+    root_option: str | None,
+    *,
+    events: bool,
+    turns: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> InspectReport:
-    """Resolve a SESSION argument and inspect it (the ``inspect`` command)."""
+    """Resolve a SESSION argument and inspect it (the ``inspect`` command); ``turns`` adds
+    one summary per turn."""
     try:
         located = locate(arg, root_option, env)
     except UnsupportedFormat as exc:
         raise _future_details(exc) from None
-    return inspect_session(located, events=events)
+    report = inspect_session(located, events=events)
+    if turns:
+        report.turn_list = turn_summaries(report.log)
+    return report

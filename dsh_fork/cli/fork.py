@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, fail, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fork import ForkResult
@@ -22,6 +22,13 @@ def fork_command(
         "--at",
         metavar="SEQ",
         help="Inclusive boundary seq (default: the last event); never inside an open turn.",
+    ),
+    turn: int | None = typer.Option(
+        None,
+        "--turn",
+        metavar="N",
+        help="Fork at the end of turn N (1-based, as inspect --turns counts; -1 = the last "
+        "completed turn). Not with --at.",
     ),
     child_id: str | None = typer.Option(
         None, "--id", metavar="CHILD_ID", help="Id of the child (default: session-<uuid4>)."
@@ -39,20 +46,38 @@ def fork_command(
 
     Example: dsh-fork fork session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --at 41 --id my-branch
     """
+    from ..errors import UsageError
     from ..fork import fork_session
+    from ..turns import fork_at_turn
 
     out = Out(json_out)
-    result = run(
-        out,
-        lambda: fork_session(
-            source,
-            root_of(root),
-            at=at,
-            child_id=child_id,
-            agents=not no_agents,
-            dry_run=dry_run,
-        ),
-    )
+    if at is not None and turn is not None:
+        fail(out, UsageError("give either --at SEQ or --turn N, not both"))
+    if turn is not None:
+        chosen = turn
+        result = run(
+            out,
+            lambda: fork_at_turn(
+                source,
+                root_of(root),
+                turn=chosen,
+                child_id=child_id,
+                agents=not no_agents,
+                dry_run=dry_run,
+            ),
+        )
+    else:
+        result = run(
+            out,
+            lambda: fork_session(
+                source,
+                root_of(root),
+                at=at,
+                child_id=child_id,
+                agents=not no_agents,
+                dry_run=dry_run,
+            ),
+        )
     emit(out, result, _render, warnings=result.warnings)
 
 

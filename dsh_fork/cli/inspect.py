@@ -181,6 +181,24 @@ def _event_list(out: Out, report: InspectReport) -> None:
         out.line(f"{line.seq:>7}  {iso(line.time)}  {line.type:<28}  {line.summary}")
 
 
+def _turn_list(out: Out, report: InspectReport) -> None:
+    out.line()
+    rows = [
+        [
+            turn.number,
+            f"{turn.start_seq}-{'open' if turn.end_seq is None else turn.end_seq}",
+            iso(turn.end_time),
+            turn.user,
+            ", ".join(turn.tools) or None,
+            ", ".join(turn.agents) or None,
+            ("yes" if turn.is_boundary else "no (open)") + (" inherited" if turn.inherited else ""),
+        ]
+        for turn in report.turn_list or ()
+    ]
+    columns = ["turn", "seqs", "ended", "user", "tools", "agents", "fork boundary"]
+    out.table(f"Turns: {len(rows)}", columns, rows)
+
+
 def render(out: Out, report: InspectReport) -> None:
     data = report.to_json(with_events=False)
     _overview(out, report, data)
@@ -190,12 +208,17 @@ def render(out: Out, report: InspectReport) -> None:
     _findings(out, report)
     if report.event_lines is not None:
         _event_list(out, report)
+    if report.turn_list is not None:
+        _turn_list(out, report)
 
 
 @app.command()
 def inspect(
     session: str = typer.Argument(..., metavar="SESSION", help="Session id, dir or log file."),
     events: bool = typer.Option(False, "--events", help="Also print one line per event."),
+    turns: bool = typer.Option(
+        False, "--turns", help="Also print one line per turn (what fork --turn N counts)."
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -206,5 +229,5 @@ def inspect(
     from ..inspect import inspect_arg
 
     out = Out(json_mode)
-    report = run(out, lambda: inspect_arg(session, root_of(root), events=events))
+    report = run(out, lambda: inspect_arg(session, root_of(root), events=events, turns=turns))
     emit(out, report, render, warnings=report.warnings)
