@@ -32,6 +32,7 @@ SUMMARY_TYPES = (
     "subagent/catalog",
     "session/end-seed",
 )
+CONTENT_TYPES = frozenset(("user/message", "tool/call", "subagent/catalog"))
 FIRST_LINE_WIDTH = 80
 
 
@@ -102,14 +103,19 @@ def _agent_name(data: Any) -> str | None:
     return f"{child} ({label})" if isinstance(label, str) else child
 
 
-def summarize_events(events: Iterable[Event], event_count: int) -> tuple[list[TurnSummary], int]:
+def summarize_events(
+    events: Iterable[Event], event_count: int, content_from: int = 0
+) -> tuple[list[TurnSummary], int]:
     """Fold the events of ``SUMMARY_TYPES`` (in seq order) into turns; returns them and the
-    cut (the last tagged end-seed, 0 when none: v2+ logs)."""
+    cut (the last tagged end-seed, 0 when none: v2+ logs). User messages, tools and agents
+    are taken only from ``content_from`` on (a tail that begins inside a turn)."""
     turns: list[TurnSummary] = []
     cut = 0
     current: TurnSummary | None = None
     for ev in events:
         kind = ev.type
+        if ev.seq < content_from and kind in CONTENT_TYPES:
+            continue
         if kind == "turn/start":
             if current is not None:
                 current.last_seq = ev.seq - 1
@@ -140,9 +146,10 @@ def summarize_events(events: Iterable[Event], event_count: int) -> tuple[list[Tu
     return turns, cut
 
 
-def turn_summaries(log: SessionLog) -> list[TurnSummary]:
-    """Every turn of a log, those ending inside the inherited prefix marked ``inherited``."""
-    turns, cut = summarize_events(log.events(SUMMARY_TYPES), log.event_count)
+def turn_summaries(log: SessionLog, *, content_from: int = 0) -> list[TurnSummary]:
+    """Every turn of a log, those ending inside the inherited prefix marked ``inherited``;
+    ``content_from``: see ``summarize_events``."""
+    turns, cut = summarize_events(log.events(SUMMARY_TYPES), log.event_count, content_from)
     if log.version < 2:
         cut = log.header.seed_length or 0
     for turn in turns:

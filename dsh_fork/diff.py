@@ -1,0 +1,188 @@
+"""``diff``: where two sessions of a family part, and what each did after (read-only).
+
+The common prefix is counted by comparing stored event lines byte for byte, seq by seq, which is
+exactly what forks and relink copies share (they copy event bytes, never re-serialise them);
+logs of the packed v0/v1 generations are compared by parsed value instead. Each side's tail,
+from the first differing seq on, is summarised per turn (``turns.TurnSummary``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .agents import list_agents
+from .discovery import Located, locate
+from .model import MODEL_TYPES, facts_of
+from .provenance import Logged, is_copy_of, normalized
+from .reader import SessionLog, open_log
+from .turns import TurnSummary, turn_containing, turn_summaries
+
+
+@dataclass
+class DiffSide:
+    """One of the two sessions: what it is, the turn the split falls in, its tail."""
+
+    id: str
+    path: Path
+    kind: str
+    parent: str | None
+    event_count: int
+    cut: int
+    split_type: str | None
+    """Type of the event at the first differing seq (None: this side has no such event)."""
+    split_turn: int | None
+    tail: list[TurnSummary]
+    subagents: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": str(self.path),
+            "kind": self.kind,
+            "parentSession": self.parent,
+            "events": self.event_count,
+            "cut": self.cut,
+            "splitEventType": self.split_type,
+            "splitTurn": self.split_turn,
+            "tail": [turn.to_json() for turn in self.tail],
+            "subagents": self.subagents,
+        }
+
+
+@dataclass
+class DiffResult:
+    a: DiffSide
+    b: DiffSide
+    relation: str
+    common: int
+    """Number of leading events that are byte-identical on both sides."""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.common == self.a.event_count == self.b.event_count
+
+    @property
+    def first_difference(self) -> int | None:
+        """The first seq that differs or exists on one side only; None when identical."""
+        return None if self.identical else self.common
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "relation": self.relation,
+            "commonPrefix": self.common,
+            "noCommonPrefix": self.common == 0,
+            "identical": self.identical,
+            "firstDifferingSeq": self.first_difference,
+        }
+
+
+def _lines(log: SessionLog) -> Iterator[Any]:
+    """What is compared, seq by seq: stored line bytes (v2+), parsed values (v0/v1)."""
+    if log.version >= 2:
+        return log.raw_lines(0, log.event_count - 1) if log.event_count else iter(())
+    return (normalized(ev) for ev in log.events())
+
+
+def common_prefix(a: SessionLog, b: SessionLog) -> int:
+    """How many leading events two logs share."""
+    if a.version >= 2 and b.version >= 2:
+        pairs: Iterator[tuple[Any, Any]] = zip(_lines(a), _lines(b), strict=False)
+    else:
+        left = (normalized(ev) for ev in a.events())
+        right = (normalized(ev) for ev in b.events())
+        pairs = zip(left, right, strict=False)
+    return sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
+
+
+def _kind(log: SessionLog) -> str:
+    header = log.header
+    if header.parent_session is None:
+        return "root"
+    if header.origin == "subagent":
+        return "copy" if header.is_seeded else "subagent"
+    return "fork" if header.is_seeded else "linked"
+
+
+def _relation(a: SessionLog, b: SessionLog, a_logged: Logged) -> str:
+    ha, hb = a.header, b.header
+    if ha.id == hb.id:
+        return "same id"
+    if ha.parent_session == hb.id:
+        return f"A is a {_kind(a)} of B"
+    if hb.parent_session == ha.id:
+        return f"B is a {_kind(b)} of A"
+    if ha.parent_session is not None and ha.parent_session == hb.parent_session:
+        return "siblings (same parent)"
+    if is_copy_of(a_logged, b):
+        return "A is a copy of B"
+    b_logged = Logged(hb.id, b, facts_of(b))
+    if is_copy_of(b_logged, a):
+        return "B is a copy of A"
+    return "no parent relation"
+
+
+def _side(located: Located, log: SessionLog, split: int) -> DiffSide:
+    turns = turn_summaries(log, content_from=split)
+    facts = facts_of(log)
+    split_event = log.event(split).type if split < log.event_count else None
+    at_split = turn_containing(turns, split)
+    tail = [turn for turn in turns if turn.last_seq >= split]
+    agents = list_agents(located, recursive=False)
+    subagents = [
+        {
+            "id": row.id,
+            "label": row.label,
+            "copyOf": row.copy_of,
+            "createdAt": row.created_at,
+            "turns": row.turns,
+            "flags": row.flags,
+        }
+        for row in agents.children
+        if row.on_disk
+    ]
+    return DiffSide(
+        id=log.header.id,
+        path=located.session_dir,
+        kind=_kind(log),
+        parent=log.header.parent_session,
+        event_count=log.event_count,
+        cut=facts.cut,
+        split_type=split_event,
+        split_turn=None if at_split is None else at_split.number,
+        tail=tail,
+        subagents=subagents,
+    )
+
+
+def diff(a: Located, b: Located) -> DiffResult:
+    """Compare two located sessions (semantics of ``diff``: see docs/lineage-commands.md)."""
+    log_a = open_log(a.generation, collect=MODEL_TYPES)
+    log_b = open_log(b.generation, collect=MODEL_TYPES)
+    common = common_prefix(log_a, log_b)
+    relation = _relation(log_a, log_b, Logged(log_a.header.id, log_a, facts_of(log_a)))
+    result = DiffResult(
+        a=_side(a, log_a, common),
+        b=_side(b, log_b, common),
+        relation=relation,
+        common=common,
+        warnings=[*a.warnings, *b.warnings],
+    )
+    for log in (log_a, log_b):
+        if log.torn is not None:
+            torn = f"{log.header.id} has a torn tail; only its complete frames are compared"
+            result.warnings.append(torn)
+    return result
+
+
+def diff_args(
+    a: str, b: str, root_option: str | None, *, env: Mapping[str, str] | None = None
+) -> DiffResult:
+    """Resolve two SESSION arguments and compare them (the ``diff`` command)."""
+    return diff(locate(a, root_option, env), locate(b, root_option, env))
