@@ -392,13 +392,23 @@ def _provenance(top: Node, by_id: dict[str, Node]) -> None:
 # -- the command --------------------------------------------------------------------------------
 
 
-def lineage(root: Root, *, session_dir: Path | None = None, session: str | None = None) -> Lineage:
-    """The forest of ``root``, or only the family holding ``session_dir``."""
+def lineage(
+    root: Root,
+    *,
+    session_dir: Path | None = None,
+    session: str | None = None,
+    detail: bool | None = None,
+) -> Lineage:
+    """The forest of ``root``, or only the family holding ``session_dir``.
+
+    ``detail`` (default: only for one family) also reads the titles, labels and turn counts
+    of every session that has relatives; seeded sessions are always read for their cut.
+    """
     tops = build_forest(root)
     if session_dir is not None:
         family = family_of(tops, session_dir)
         tops = [] if family is None else [family]
-    _enrich(tops, everyone=session_dir is not None)
+    _enrich(tops, everyone=session_dir is not None if detail is None else detail)
     result = Lineage(root.path, session, tops)
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")

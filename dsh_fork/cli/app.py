@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import doctor, fixture, fork, inspect, list_agents, relink  # noqa: F401  (registration)
 from .base import app
 from .diff import diff_command  # noqa: F401  (registration)
+from .du import du_command  # noqa: F401  (registration)
 from .tree import tree_command  # noqa: F401  (registration)
 
 __all__ = ["app", "main"]

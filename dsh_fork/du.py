@@ -1,0 +1,266 @@
+"""``du``: bytes on disk per session, family and project dir, and what shared prefixes would save.
+
+Every fork and relink copy stores its inherited prefix again: the events its source already
+holds. For a seeded session the chosen log is split exactly into
+
+- **inherited bytes**: the compressed size of every body frame that lies wholly inside the
+  inherited prefix (all its events have seq < cut), plus, for the one frame holding the cut,
+  its compressed size times the share of its decompressed bytes that belong to events below the
+  cut (rounded down); in a plain log, the bytes of the lines below the cut; in a packed v0/v1
+  log, the body's bytes times cut / event count (rounded down);
+- **own bytes**: everything else of the log file: the header frame, the rest of the body,
+  a torn tail.
+
+so ``inherited + own`` is the log's size, byte for byte. A session's bytes are the sizes of all
+regular files in its dir (the chosen log, older generations, the lock file, …); ``other`` is what
+is not the chosen log. The saving is the sum of the inherited bytes whose source is still in the
+root (a fork's parent, a copy's original): that is what storing each prefix once would free.
+Sizes are apparent sizes (``st_size``), so they add up exactly; the read is read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .discovery import Root, locate
+from .errors import DshForkError
+from .layout import resolve_root
+from .lineage import PARENT_MISSING, Lineage, Node, lineage
+from .reader import SessionLog, open_log
+
+
+@dataclass
+class SessionUsage:
+    """The bytes of one session dir; ``inherited`` is None when it could not be measured."""
+
+    id: str
+    path: str
+    kind: str
+    family: str
+    bytes: int
+    log_bytes: int
+    inherited: int | None
+    source_present: bool
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def own(self) -> int:
+        return self.log_bytes - (self.inherited or 0)
+
+    @property
+    def other(self) -> int:
+        return self.bytes - self.log_bytes
+
+    @property
+    def saving(self) -> int:
+        return (self.inherited or 0) if self.source_present else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "kind": self.kind,
+            "family": self.family,
+            "bytes": self.bytes,
+            "logBytes": self.log_bytes,
+            "inheritedBytes": self.inherited,
+            "ownBytes": self.own,
+            "otherBytes": self.other,
+            "sourcePresent": self.source_present,
+            "shareable": self.saving,
+            "flags": self.flags,
+        }
+
+
+@dataclass
+class Group:
+    """A family (by its top session) or a project dir: the sums of its sessions."""
+
+    name: str
+    sessions: int = 0
+    bytes: int = 0
+    inherited: int = 0
+    saving: int = 0
+
+    def add(self, usage: SessionUsage) -> None:
+        self.sessions += 1
+        self.bytes += usage.bytes
+        self.inherited += usage.inherited or 0
+        self.saving += usage.saving
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "sessions": self.sessions,
+            "bytes": self.bytes,
+            "inheritedBytes": self.inherited,
+            "shareable": self.saving,
+        }
+
+
+@dataclass
+class DiskUsage:
+    root: Path
+    session: str | None
+    sessions: list[SessionUsage]
+    """Largest first."""
+    families: list[Group]
+    projects: list[Group]
+    top: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> Group:
+        total = Group("total")
+        for usage in self.sessions:
+            total.add(usage)
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        limit = self.top
+        return {
+            "root": str(self.root),
+            "session": self.session,
+            "total": self.total.to_json(),
+            "projects": [g.to_json() for g in self.projects[:limit]],
+            "families": [g.to_json() for g in self.families[:limit]],
+            "sessions": [u.to_json() for u in self.sessions[:limit]],
+        }
+
+
+def dir_bytes(session_dir: Path) -> int:
+    """Sizes of the regular files directly in a session dir (links and FIFOs not followed)."""
+    total = 0
+    try:
+        with os.scandir(session_dir) as scan:
+            for entry in scan:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return total
+    return total
+
+
+def inherited_bytes(log: SessionLog, cut: int) -> int:
+    """The log bytes of its first ``cut`` events, by the rule in the module docstring."""
+    if cut <= 0:
+        return 0
+    if log.version < 2:  # packed rows: no per-event framing to follow
+        end = log.torn.offset if log.torn is not None else len(log.data)
+        body = end - log.header_end
+        count = log.event_count
+        return body * min(cut, count) // count if count else 0
+    total = 0
+    for index, chunk in enumerate(log.chunks):
+        last = chunk.first_seq + chunk.count - 1
+        if chunk.first_seq >= cut:
+            break
+        lines = None if last < cut and chunk.frame is not None else log.chunk_lines(index)
+        if lines is None:
+            assert chunk.frame is not None
+            total += chunk.frame.size
+            continue
+        below = sum(len(line) + 1 for line in lines[: cut - chunk.first_seq])
+        if chunk.frame is None:  # a plain log: the lines themselves
+            total += below
+        else:
+            plain = sum(len(line) + 1 for line in lines)
+            total += chunk.frame.size * below // plain if plain else 0
+    return total
+
+
+def _usage(node: Node, family: str, present: set[str]) -> SessionUsage:
+    generation = node.generation
+    log_bytes = 0
+    if generation is not None:
+        try:
+            log_bytes = os.stat(generation.path, follow_symlinks=False).st_size
+        except OSError:
+            log_bytes = 0
+    if node.kind == "fork":
+        source_present = node.parent in present and PARENT_MISSING not in node.flags
+    elif node.kind == "copy":
+        source_present = node.copy_of is not None
+    else:
+        source_present = False
+    usage = SessionUsage(
+        id=node.id,
+        path=node.path,
+        kind=node.kind,
+        family=family,
+        bytes=dir_bytes(node.session_dir),
+        log_bytes=log_bytes,
+        inherited=0 if not node.is_seeded else None,
+        source_present=source_present,
+    )
+    if node.kind == "unreadable":
+        usage.inherited = None
+        usage.flags.append("unreadable")
+        return usage
+    if node.is_seeded and generation is not None:
+        try:
+            log = open_log(generation)
+            usage.log_bytes = len(log.data)  # the bytes that were measured, as read
+            cut = node.cut if node.cut is not None else 0
+            usage.inherited = inherited_bytes(log, cut)
+        except DshForkError as exc:
+            usage.flags.append(f"unreadable log: {exc.message}")
+        except OSError as exc:
+            usage.flags.append(f"unreadable log: {exc.strerror}")
+    if usage.inherited is None:
+        usage.source_present = False
+    return usage
+
+
+def disk_usage(forest: Lineage, *, top: int | None = None) -> DiskUsage:
+    """Sizes of every session of a lineage, grouped by family and by project dir."""
+    present = {node.id for node in forest.nodes()}
+    sessions: list[SessionUsage] = []
+    families: list[Group] = []
+    projects: dict[str, Group] = {}
+    for head in forest.tops:
+        group = Group(head.id)
+        stack = [head]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            usage = _usage(node, head.id, present)
+            sessions.append(usage)
+            group.add(usage)
+            projects.setdefault(node.project, Group(node.project)).add(usage)
+        families.append(group)
+    result = DiskUsage(
+        root=forest.root,
+        session=forest.session,
+        sessions=sorted(sessions, key=lambda u: (-u.bytes, u.path)),
+        families=sorted(families, key=lambda g: (-g.bytes, g.name)),
+        projects=sorted(projects.values(), key=lambda g: (-g.bytes, g.name)),
+        top=top,
+        warnings=list(forest.warnings),
+    )
+    for usage in sessions:
+        for flag in usage.flags:
+            if flag.startswith("unreadable log"):
+                result.warnings.append(f"{usage.path}: {flag}")
+    return result
+
+
+def disk_usage_arg(
+    arg: str | None,
+    root_option: str | None,
+    *,
+    top: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> DiskUsage:
+    """Resolve an optional SESSION argument and measure the root or its family (``du``)."""
+    if arg is None:
+        forest = lineage(Root(resolve_root(root_option, env)), detail=False)
+    else:
+        located = locate(arg, root_option, env)
+        forest = lineage(located.root, session_dir=located.session_dir, session=arg, detail=False)
+        forest.warnings[:0] = located.warnings
+    return disk_usage(forest, top=top)
