@@ -1,11 +1,12 @@
 """The fork family graph of a root: who is a fork, subagent or copy of whom (``tree``).
 
 The graph is built from header frames alone (``Root.entries``): ``parentSession``, ``origin`` and
-``isSeeded`` say every edge and every kind. Logs are opened only for the few facts a header
-cannot give: the cut of a seeded session (forks and copies), and the provenance of a copy (which
-subagent it was copied from, semantics §4.3). With a SESSION, only that family is shown, and
-its members' titles, labels and turn counts are read too. Orphans, self-parents and cycles are
-shown where they are, never fatal; a session whose header cannot be read is a node of its own.
+``isSeeded`` say every edge and every kind. Logs are opened only for what a header cannot give,
+and only for sessions that have relatives: the cut of a seeded session (forks and copies), the
+provenance of a copy (which subagent it was copied from, semantics §4.3), titles, labels and
+turn counts. A root of thousands of unrelated sessions therefore costs their header frames.
+Orphans, self-parents and cycles are shown where they are, never fatal; a session whose header
+cannot be read is a node of its own.
 """
 
 from __future__ import annotations
@@ -23,8 +24,20 @@ from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import open_log
 
-Kind = Literal["root", "fork", "subagent", "copy", "linked", "unreadable"]
-KINDS: tuple[Kind, ...] = ("root", "fork", "subagent", "copy", "linked", "unreadable")
+Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
+KINDS: tuple[Kind, ...] = (
+    "root",
+    "fork",
+    "subagent",
+    "copy",
+    "seeded-subagent",
+    "linked",
+    "unreadable",
+)
+"""``copy``: a seeded subagent matched to the session it was copied from (relink);
+``seeded-subagent``: one that matches none (DSH seeds some subagents with their parent's
+context itself, and a copy whose original is gone looks the same); ``linked``: a session naming
+a parent that is neither a fork nor a subagent."""
 
 FACT_TYPES = (
     "turn/start",
@@ -332,6 +345,12 @@ def _enrich(tops: list[Node], *, everyone: bool) -> None:
                 _apply(node, read[0])
     for top in tops:
         _provenance(top, {})
+    stack = list(tops)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.kind == "copy" and node.copy_of is None:
+            node.kind = "seeded-subagent"
 
 
 def _source_of(node: Node, by_id: Mapping[str, Node]) -> Node | None:
@@ -397,18 +416,20 @@ def lineage(
     *,
     session_dir: Path | None = None,
     session: str | None = None,
-    detail: bool | None = None,
+    detail: bool = True,
 ) -> Lineage:
     """The forest of ``root``, or only the family holding ``session_dir``.
 
-    ``detail`` (default: only for one family) also reads the titles, labels and turn counts
-    of every session that has relatives; seeded sessions are always read for their cut.
+    With ``detail`` the titles, labels and turn counts of every session that has relatives
+    (a parent or children) are read too; seeded sessions are always read, for their cut. A
+    session without relatives is shown from its header alone, so a root of thousands of
+    unrelated sessions costs their header frames.
     """
     tops = build_forest(root)
     if session_dir is not None:
         family = family_of(tops, session_dir)
         tops = [] if family is None else [family]
-    _enrich(tops, everyone=session_dir is not None if detail is None else detail)
+    _enrich(tops, everyone=detail)
     result = Lineage(root.path, session, tops)
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")

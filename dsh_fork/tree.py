@@ -20,8 +20,9 @@ def describe(node: Node) -> str:
         else:
             parts.append(f"fork at seq {node.forked_at} (after turn {node.cut_turn})")
     elif node.kind == "copy":
-        source = node.copy_of or "an unknown session"
-        parts.append(f"copy of {source}")
+        parts.append(f"copy of {node.copy_of}")
+    elif node.kind == "seeded-subagent" and node.forked_at is not None:
+        parts.append(f"seeded subagent, cut at seq {node.cut} (after turn {node.cut_turn})")
     else:
         parts.append(node.kind)
     if node.label is not None:

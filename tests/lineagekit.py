@@ -6,8 +6,11 @@ A fixture root (``generate``) gives a top session with a subagent tree; forks ar
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, Ids, generate
@@ -83,3 +86,19 @@ def relink_fork(family: Family, fork_id: str, seed: int = 99) -> None:
         clock=Clock(NOW + 10_000_000),
         new_id=Ids(seed),
     )
+
+
+FOREIGN = Path(__file__).resolve().parent.parent.parent / "shared" / "foreign" / "roots"
+FOREIGN_ROOTS = sorted(p.name for p in FOREIGN.iterdir()) if FOREIGN.is_dir() else ["absent"]
+"""The foreign roots' names, for parametrising (one placeholder, skipped, when absent)."""
+
+
+def foreign_roots(name: str) -> Path:
+    """One foreign root (read in place: the commands tested here never write); skipped with a
+    visible reason when the shared data is not beside the checkout, a failure in CI."""
+    if not FOREIGN.is_dir():
+        message = f"the shared foreign roots are missing at {FOREIGN}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return FOREIGN / name

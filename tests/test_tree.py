@@ -1,0 +1,258 @@
+"""``tree``: every session once, under its parent, with its kind; cuts, copies and oddities."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tree_digest
+from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots, relink_fork, turn_ends
+
+from dsh_fork.discovery import Root
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
+from dsh_fork.generations import list_generations
+from dsh_fork.layout import project_dir_name
+from dsh_fork.lineage import Lineage, Node, lineage, lineage_arg
+from dsh_fork.reader import read_header
+from dsh_fork.tree import dot, mermaid, plain_lines
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def session_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("*/*") if p.is_dir() and list_generations(p))
+
+
+def by_id(found: Lineage) -> dict[str, Node]:
+    return {node.id: node for node in found.nodes()}
+
+
+def parent_of(found: Lineage) -> dict[str, str | None]:
+    """Each node's place in the drawn tree: the id of the node it hangs under."""
+    out: dict[str, str | None] = {top.id: None for top in found.tops}
+    for node in found.nodes():
+        for child in node.children:
+            out[child.id] = node.id
+    return out
+
+
+def assert_every_session_once(root: Path, found: Lineage) -> None:
+    """Each session dir is exactly one node, drawn under the session its header names."""
+    paths = [node.path for node in found.nodes()]
+    expected = [f"{d.parent.name}/{d.name}" for d in session_dirs(root)]
+    assert sorted(paths) == sorted(expected)
+    assert len(paths) == len(set(paths))
+    drawn = parent_of(found)
+    for node in found.nodes():
+        if node.flags:
+            continue  # orphans, self-parents, cycles: at the top, with their flag
+        assert drawn[node.id] == node.parent
+
+
+@pytest.fixture(params=["relinked", "not relinked", "relinked later"])
+def family(request: pytest.FixtureRequest, root: Path) -> Family:
+    built = build_family(root, relinked=request.param == "relinked")
+    if request.param == "relinked later":
+        relink_fork(built, built.fork_aa)  # the fork of a fork first, then its parent
+        relink_fork(built, built.fork_a, seed=98)
+    return built
+
+
+def test_a_family_with_forks_of_forks_shows_every_session_once_with_its_kind(
+    family: Family,
+) -> None:
+    found = lineage_arg(None, str(family.root))
+    assert_every_session_once(family.root, found)
+    nodes = by_id(found)
+    assert [top.id for top in found.tops] == [family.top]
+    assert nodes[family.top].kind == "root"
+    ends = turn_ends(family.root, family.top)
+    for fork, turn in ((family.fork_a, 2), (family.fork_b, 3)):
+        assert nodes[fork].kind == "fork"
+        assert nodes[fork].parent == family.top
+        assert nodes[fork].forked_at == family.cuts[fork] == ends[turn - 1]
+        assert nodes[fork].cut_turn == turn
+    aa = nodes[family.fork_aa]
+    assert (aa.kind, aa.parent, aa.cut_turn) == ("fork", family.fork_a, 2)
+    assert aa.forked_at == family.cuts[family.fork_aa]  # A's last event
+    originals = [n for n in found.nodes() if n.kind == "subagent"]
+    assert len(originals) == 6
+    assert all(nodes[n.parent].kind in ("root", "subagent") for n in originals if n.parent)
+    copies = [n for n in found.nodes() if n.is_seeded and n.kind != "fork"]
+    assert all(n.kind == "copy" for n in copies)
+    for copy in copies:
+        source = nodes[copy.copy_of or ""]
+        assert source.kind in ("subagent", "copy")
+        assert source.label == copy.label  # a copy carries its original's descriptor
+
+
+def test_copies_hang_under_their_fork_and_name_their_originals(root: Path) -> None:
+    family = build_family(root, relinked=True)
+    found = lineage_arg(family.fork_aa, str(root))
+    nodes = by_id(found)
+    aa_copies = nodes[family.fork_aa].children
+    assert [c.label for c in aa_copies] == ["agent 1", "agent 2"]
+    # AA's copies come from A's copies (the nearest ancestor with a complete copy).
+    a_children = {c.id for c in nodes[family.fork_a].children if c.kind == "copy"}
+    assert {c.copy_of for c in aa_copies} <= a_children
+    grand = [g for c in nodes[family.fork_b].children for g in c.children]
+    assert sorted(g.label or "" for g in grand) == [
+        "agent 1.1",
+        "agent 1.2",
+        "agent 2.1",
+        "agent 2.2",
+    ]
+    assert all(nodes[g.copy_of or ""].kind == "subagent" for g in grand)
+
+
+def test_a_session_argument_shows_only_its_family(root: Path, clock: Clock) -> None:
+    family = build_family(root, relinked=False)
+    other = SessionSpec(id="lonely", created_at=clock(), cwd="/elsewhere")
+    other.turn(clock, "unrelated")
+    other.publish(root)
+    whole = lineage_arg(None, str(root))
+    assert sorted(t.id for t in whole.tops) == sorted([family.top, "lonely"])
+    assert by_id(whole)["lonely"].turns is None  # no relatives: its header alone is read
+    one = lineage_arg(family.fork_aa, str(root))
+    assert [t.id for t in one.tops] == [family.top]
+    assert "lonely" not in by_id(one)
+    assert by_id(one)[family.top].title is not None
+    assert all(n.label for n in one.nodes() if n.kind == "subagent")
+
+
+def _oddities(root: Path, clock: Clock) -> None:
+    """An orphan, a self-parent, a two-session cycle and an unreadable session."""
+    top = SessionSpec(id="top", created_at=clock())
+    top.turn(clock)
+    orphan = SessionSpec(id="orphan", created_at=clock(), parent="gone", origin="subagent")
+    myself = SessionSpec(id="myself", created_at=clock(), parent="myself", origin="subagent")
+    ring_a = SessionSpec(id="ring-a", created_at=clock(), parent="ring-b", origin="subagent")
+    ring_b = SessionSpec(id="ring-b", created_at=clock(), parent="ring-a", origin="subagent")
+    hanger = SessionSpec(id="hanger", created_at=clock(), parent="ring-b", origin="subagent")
+    for spec in (top, orphan, myself, ring_a, ring_b, hanger):
+        spec.turn(clock)
+        spec.flush()
+        spec.publish(root)
+    bad = root / project_dir_name("/fixture/project") / "broken"
+    write_log_file(bad / "session.v4.jsonl.zstd", b'{"type":"session","version":4}', [])
+
+
+def test_orphans_self_parents_cycles_and_unreadable_sessions_are_shown_never_fatal(
+    root: Path, clock: Clock
+) -> None:
+    _oddities(root, clock)
+    before = tree_digest(root)
+    result = run_cli("tree", "--root", root, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert tree_digest(root) == before
+    data = result.json()
+    nodes = {n["id"]: n for n in data["nodes"]}
+    assert sorted(nodes) == sorted(
+        ["top", "orphan", "myself", "ring-a", "ring-b", "hanger", "broken"]
+    )
+    assert nodes["orphan"]["flags"] == ["parent missing"]
+    assert nodes["myself"]["flags"] == ["self-parent"]
+    assert nodes["ring-a"]["flags"] == ["cycle"]  # the older member heads the cycle
+    assert nodes["ring-b"]["flags"] == []
+    assert nodes["ring-a"]["children"] == [nodes["ring-b"]["path"]]
+    assert nodes["ring-b"]["children"] == [nodes["hanger"]["path"]]
+    assert nodes["broken"]["kind"] == "unreadable"
+    assert nodes["broken"]["error"]
+    assert data["unreadable"] == [
+        {"path": nodes["broken"]["path"], "error": nodes["broken"]["error"]}
+    ]
+    assert "unreadable session" in result.stderr
+    tops = {nodes[t.split("/")[1]]["id"] for t in data["tops"]}
+    assert tops == {"top", "orphan", "myself", "ring-a", "broken"}
+
+
+def test_a_cycle_is_drawn_once_and_its_closing_edge_is_not_followed(
+    root: Path, clock: Clock
+) -> None:
+    _oddities(root, clock)
+    found = lineage(Root(root))
+    ring_a = by_id(found)["ring-a"]
+    assert [c.id for c in ring_a.children] == ["ring-b"]
+    assert sorted(c.id for c in ring_a.children[0].children) == ["hanger"]
+    assert len(list(found.nodes())) == 7
+
+
+def test_piped_output_is_indented_plain_text(root: Path) -> None:
+    family = build_family(root, relinked=True)
+    result = run_cli("tree", "--root", root)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{family.top}  root")
+    assert (
+        f"  {family.fork_a}  fork at seq {family.cuts[family.fork_a]} (after turn 2)"
+        in result.stdout
+    )
+    assert f"    {family.fork_aa}  fork at seq 17 (after turn 2)" in result.stdout
+    assert lines[-1] == "24 sessions: 1 root, 3 fork, 6 subagent, 14 copy"
+    assert "\x1b[" not in result.stdout and "├" not in result.stdout
+
+
+def test_json_has_nodes_and_edges(root: Path) -> None:
+    family = build_family(root, relinked=True)
+    data = run_cli("tree", "--root", root, "--json").json()
+    assert data["counts"]["copy"] == 14
+    edges = {(e["from"], e["to"], e["kind"]) for e in data["edges"]}
+    assert (family.top, family.fork_a, "fork") in edges
+    assert (family.fork_a, family.fork_aa, "fork") in edges
+    copy_of = [e for e in data["edges"] if e["kind"] == "copy-of"]
+    assert len(copy_of) == 14
+    parent_edges = [e for e in data["edges"] if e["kind"] != "copy-of"]
+    assert len(parent_edges) == len(data["nodes"]) - 1
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_mermaid_of_a_relinked_family_matches_the_golden_file(root: Path) -> None:
+    build_family(root, relinked=True)
+    result = run_cli("tree", "--root", root, "--format", "mermaid")
+    assert result.exit_code == 0
+    _golden("tree-family.mmd", result.stdout)
+
+
+def test_dot_and_mermaid_draw_the_same_graph(root: Path) -> None:
+    build_family(root, relinked=False)
+    found = lineage_arg(None, str(root))
+    text = mermaid(found)
+    graph = dot(found)
+    count = len(list(found.nodes()))
+    assert text.startswith("flowchart TD\n")
+    assert graph.startswith("digraph lineage {")
+    assert text.count("-->|") == graph.count("->") == count - 1
+    assert len(list(plain_lines(found))) == count
+
+
+def test_an_empty_or_absent_root_has_no_sessions(tmp_path: Path) -> None:
+    result = run_cli("tree", "--root", tmp_path / "nothing")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("no sessions in")
+
+
+def test_an_unknown_session_is_session_not_found(root: Path) -> None:
+    build_family(root, relinked=False)
+    result = run_cli("tree", "nobody", "--root", root)
+    assert result.exit_code == 3
+
+
+@pytest.mark.parametrize("name", FOREIGN_ROOTS)
+def test_foreign_roots_show_every_session_once(name: str, tmp_path: Path) -> None:
+    source = foreign_roots(name)
+    found = lineage_arg(None, str(source))
+    assert_every_session_once(source, found)
+    for node in found.nodes():
+        generation = node.generation
+        if node.kind == "unreadable" or generation is None:
+            continue
+        header = read_header(generation)
+        assert node.parent == header.parent_session
+        assert node.is_seeded == header.is_seeded
