@@ -1,0 +1,129 @@
+"""``diff``: the split of two sessions of a family is where their stored events part."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tree_digest
+from lineagekit import Family, build_family
+
+from dsh_fork.diff import diff_args
+from dsh_fork.fixtures import Clock, SessionSpec
+from dsh_fork.lineage import lineage_arg
+
+
+@pytest.fixture(params=[True, False], ids=["relinked", "not relinked"])
+def family(request: pytest.FixtureRequest, root: Path) -> Family:
+    return build_family(root, relinked=request.param)
+
+
+def test_a_fork_and_its_parent_split_at_the_forks_cut(family: Family) -> None:
+    pairs = [
+        (family.fork_a, family.top),
+        (family.fork_b, family.top),
+        (family.fork_aa, family.fork_a),
+    ]
+    for fork, parent in pairs:
+        cut = family.cuts[fork] + 1  # the fork's own marker sits right after its boundary
+        before = tree_digest(family.root)
+        result = run_cli("diff", fork, parent, "--root", family.root, "--json")
+        assert result.exit_code == 0, result.stderr
+        assert tree_digest(family.root) == before
+        data = result.json()
+        assert data["relation"] == "A is a fork of B"
+        assert data["commonPrefix"] == data["firstDifferingSeq"] == cut == data["a"]["cut"]
+        assert data["a"]["splitEventType"] == "session/end-seed"
+        assert not data["noCommonPrefix"]
+
+
+def test_the_parent_side_names_the_turn_the_split_falls_in(family: Family) -> None:
+    result = diff_args(family.top, family.fork_a, str(family.root))
+    assert result.relation == "B is a fork of A"
+    assert result.first_difference == family.cuts[family.fork_a] + 1
+    assert result.a.split_type == "turn/start"
+    assert result.a.split_turn == 3  # the parent goes on with turn 3 …
+    assert result.b.split_turn == 2  # … the fork's marker follows the end of turn 2
+    assert [t.number for t in result.a.tail] == [3, 4]
+    assert result.a.tail[0].user is not None
+
+
+def test_sibling_forks_split_where_the_shorter_prefix_ends(family: Family) -> None:
+    result = diff_args(family.fork_a, family.fork_b, str(family.root))
+    assert result.relation == "siblings (same parent)"
+    assert result.common == family.cuts[family.fork_a] + 1
+    assert result.a.split_type == "session/end-seed"
+    assert result.b.split_type == "turn/start"
+    # The tail of A begins after its turn 2: no user message of the shared part is shown.
+    assert [t.number for t in result.a.tail] == [2]
+    assert result.a.tail[0].user is None
+    assert [t.number for t in result.b.tail] == [3]
+
+
+def test_subagents_are_listed_on_each_side(root: Path) -> None:
+    family = build_family(root, relinked=True)
+    result = diff_args(family.fork_a, family.top, str(root))
+    labels_a = sorted(a["label"] for a in result.a.to_json()["subagents"])
+    labels_b = sorted(a["label"] for a in result.b.to_json()["subagents"])
+    assert labels_a == labels_b == ["agent 1", "agent 2"]
+    assert all(a["copyOf"] for a in result.a.subagents)
+    assert not any(a["copyOf"] for a in result.b.subagents)
+
+
+def test_a_copy_and_its_original_split_at_the_copys_cut(root: Path) -> None:
+    family = build_family(root, relinked=True)
+    found = lineage_arg(None, str(root))
+    copies = [n for n in found.nodes() if n.kind == "copy"]
+    assert copies
+    kinds = {n.id: n.kind for n in found.nodes()}
+    for copy in copies:
+        assert copy.copy_of is not None and copy.cut is not None
+        result = run_cli("diff", copy.id, copy.copy_of, "--root", root, "--json")
+        data = result.json()
+        assert data["relation"] == "A is a copy of B"
+        if kinds[copy.copy_of] == "subagent":
+            assert data["firstDifferingSeq"] == copy.cut
+        else:
+            # A copy of a copy: its own marker may repeat its source's byte for byte (same
+            # seq, same time), and the bytes decide.
+            assert data["firstDifferingSeq"] >= copy.cut
+    assert len(copies) == 14 and family.top
+
+
+def test_unrelated_sessions_have_no_common_prefix(root: Path, clock: Clock) -> None:
+    for name, text in (("one", "hello"), ("two", "something else")):
+        spec = SessionSpec(id=name, created_at=clock())
+        spec.turn(clock, text)
+        spec.publish(root)
+    result = run_cli("diff", "one", "two", "--root", root)
+    assert result.exit_code == 0
+    assert "no common prefix: the first events differ" in result.stdout
+    data = run_cli("diff", "one", "two", "--root", root, "--json").json()
+    assert data["noCommonPrefix"] is True
+    assert data["firstDifferingSeq"] == 0
+    assert data["relation"] == "no parent relation"
+
+
+def test_a_session_against_itself_is_identical(root: Path) -> None:
+    family = build_family(root, relinked=False)
+    result = run_cli("diff", family.fork_b, family.fork_b, "--root", root)
+    assert result.exit_code == 0
+    assert "identical: both hold the same" in result.stdout
+
+
+def test_plain_text_names_the_split_and_both_tails(root: Path) -> None:
+    family = build_family(root, relinked=False)
+    cut = family.cuts[family.fork_a] + 1
+    result = run_cli("diff", family.fork_a, family.top, "--root", root)
+    lines = result.stdout.splitlines()
+    assert lines[2] == "relation: A is a fork of B"
+    assert lines[3] == f"common prefix: {cut} events (seqs 0-{cut - 1})"
+    assert lines[4] == f"  A at seq {cut}: session/end-seed (turn 2)"
+    assert lines[5] == f"  B at seq {cut}: turn/start (turn 3)"
+    assert f"A from seq {cut}: 1 turn" in result.stdout
+    assert f"B from seq {cut}: 2 turns" in result.stdout
+
+
+def test_a_missing_session_is_session_not_found(root: Path) -> None:
+    family = build_family(root, relinked=False)
+    assert run_cli("diff", family.top, "nobody", "--root", root).exit_code == 3
