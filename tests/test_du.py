@@ -1,0 +1,153 @@
+"""``du``: inherited + own bytes are each log's size; sessions, families and projects add up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tree_digest
+from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots
+
+from dsh_fork import frames as zframes
+from dsh_fork.discovery import Root
+from dsh_fork.du import disk_usage_arg, inherited_bytes
+from dsh_fork.fixtures import Clock, SessionSpec
+from dsh_fork.generations import list_generations
+from dsh_fork.reader import open_log
+
+
+def files_under(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.fixture(params=[True, False], ids=["relinked", "not relinked"])
+def family(request: pytest.FixtureRequest, root: Path) -> Family:
+    return build_family(root, relinked=request.param)
+
+
+def test_inherited_and_own_bytes_add_up_to_each_log_and_the_root(family: Family) -> None:
+    before = tree_digest(family.root)
+    result = run_cli("du", "--root", family.root, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert tree_digest(family.root) == before
+    data = result.json()
+    sessions = data["sessions"]
+    assert len(sessions) == len([d for d in family.root.glob("*/*") if d.is_dir()])
+    for usage in sessions:
+        session_dir = family.root / usage["path"]
+        log = list_generations(session_dir)[-1].path
+        assert (
+            usage["inheritedBytes"] + usage["ownBytes"] == usage["logBytes"] == log.stat().st_size
+        )
+        assert usage["bytes"] == files_under(session_dir)
+        assert usage["otherBytes"] == usage["bytes"] - usage["logBytes"]
+        seeded = usage["kind"] in ("fork", "copy")
+        assert (usage["inheritedBytes"] > 0) == seeded
+        assert usage["shareable"] == usage["inheritedBytes"]  # every source is in the root
+    assert data["total"]["bytes"] == files_under(family.root)
+    assert data["total"]["inheritedBytes"] == sum(u["inheritedBytes"] for u in sessions)
+    assert data["total"]["shareable"] == data["total"]["inheritedBytes"]
+    assert [f["name"] for f in data["families"]] == [family.top]
+    assert data["families"][0]["bytes"] == data["projects"][0]["bytes"] == data["total"]["bytes"]
+
+
+def test_the_frame_holding_the_cut_is_shared_in_proportion(root: Path, clock: Clock) -> None:
+    """Frames wholly below the cut count whole; the cut's frame by its plaintext share."""
+    parent = SessionSpec(id="parent", created_at=clock())
+    parent.turn(clock, "one")
+    parent.flush()
+    parent.turn(clock, "two")
+    parent.publish(root)
+    fork = SessionSpec(id="fork", created_at=clock(), parent="parent", is_seeded=True)
+    fork.lines = list(parent.lines[:6])  # turn 1 (6 events) in a frame of its own …
+    fork.flush()
+    fork.lines += parent.lines[6:]  # … turn 2 in the next frame, which also holds the marker
+    fork.end_seed(clock())
+    fork.turn(clock, "own")
+    fork.publish(root)
+    path = list_generations(Root(root).find("fork"))[-1].path
+    data = path.read_bytes()
+    header, first, second = zframes.scan(data).frames
+    plain = zframes.decode(data, second)
+    below = plain[: plain.index(b'"session/end-seed"')]
+    below = below[: below.rindex(b"\n") + 1]
+    expected = first.size + second.size * len(below) // len(plain)
+    log = open_log(list_generations(path.parent)[-1])
+    assert inherited_bytes(log, 12) == expected
+    usage = disk_usage_arg("fork", str(root))
+    mine = next(u for u in usage.sessions if u.id == "fork")
+    assert mine.inherited == expected
+    assert mine.own == len(data) - expected
+    assert header.size < mine.own
+
+
+def test_an_orphan_forks_prefix_is_not_shareable(root: Path) -> None:
+    family = build_family(root, relinked=False)
+    shutil.rmtree(Root(root).find(family.top))
+    for sub in [d for d in root.glob("*/*") if d.name.startswith("session-")]:
+        shutil.rmtree(sub)  # the top and its subagents are gone; the forks remain
+    usage = disk_usage_arg(None, str(root))
+    by_id = {u.id: u for u in usage.sessions}
+    assert by_id[family.fork_a].inherited and by_id[family.fork_a].saving == 0
+    assert by_id[family.fork_aa].saving == by_id[family.fork_aa].inherited  # its parent is here
+    assert usage.total.saving == by_id[family.fork_aa].inherited
+
+
+def test_top_limits_the_rows_but_not_the_totals(root: Path) -> None:
+    build_family(root, relinked=True)
+    data = run_cli("du", "--root", root, "--top", "2", "--json").json()
+    assert len(data["sessions"]) == 2
+    assert data["sessions"][0]["bytes"] >= data["sessions"][1]["bytes"]
+    assert data["total"]["sessions"] == 24
+    assert data["total"]["bytes"] == files_under(root)
+    text = run_cli("du", "--root", root, "--top", "3").stdout
+    assert "Sessions (largest 3 of 24)" in text
+    assert run_cli("du", "--root", root, "--top", "0").exit_code == 2
+
+
+def test_a_session_argument_measures_its_family_only(root: Path, clock: Clock) -> None:
+    family = build_family(root, relinked=False)
+    other = SessionSpec(id="lonely", created_at=clock(), cwd="/elsewhere")
+    other.turn(clock, "unrelated")
+    other.publish(root)
+    whole = disk_usage_arg(None, str(root))
+    one = disk_usage_arg(family.fork_b, str(root))
+    assert whole.total.sessions == one.total.sessions + 1
+    assert [f.name for f in one.families] == [family.top]
+    assert "lonely" not in {u.id for u in one.sessions}
+
+
+def test_plain_text_states_the_saving(root: Path) -> None:
+    build_family(root, relinked=True)
+    data = run_cli("du", "--root", root, "--json").json()
+    text = run_cli("du", "--root", root).stdout
+    total = data["total"]
+    assert f"24 sessions, {total['bytes']} bytes" in text.splitlines()[0]
+    assert f"sharing them would save {total['shareable']} bytes" in text.splitlines()[0]
+
+
+def test_an_unreadable_session_is_named_and_still_measured(root: Path, clock: Clock) -> None:
+    build_family(root, relinked=False)
+    bad = root / "--fixture-project-0--" / "broken"
+    bad.mkdir()
+    (bad / "session.v4.jsonl.zstd").write_bytes(b"not zstd at all")
+    result = run_cli("du", "--root", root, "--json")
+    assert result.exit_code == 0
+    broken = next(u for u in result.json()["sessions"] if u["id"] == "broken")
+    assert broken["kind"] == "unreadable" and broken["inheritedBytes"] is None
+    assert broken["bytes"] == broken["logBytes"] == len(b"not zstd at all")
+    assert "unreadable session" in result.stderr
+
+
+@pytest.mark.parametrize("name", FOREIGN_ROOTS)
+def test_foreign_roots_add_up(name: str) -> None:
+    source = foreign_roots(name)
+    usage = disk_usage_arg(None, str(source))
+    for item in usage.sessions:
+        session_dir = source / item.path
+        generation = list_generations(session_dir)
+        if item.inherited is not None and generation:
+            assert item.inherited + item.own == os.path.getsize(generation[-1].path)
+        assert item.bytes == files_under(session_dir)
