@@ -28,6 +28,7 @@ from typing import Any
 
 from .discovery import Root, locate
 from .errors import DshForkError
+from .generations import parse_name
 from .layout import resolve_root
 from .lineage import PARENT_MISSING, Lineage, Node, lineage
 from .reader import SessionLog, open_log
@@ -132,17 +133,28 @@ class DiskUsage:
         }
 
 
-def dir_bytes(session_dir: Path) -> int:
-    """Sizes of the regular files directly in a session dir (links and FIFOs not followed)."""
+def dir_bytes(session_dir: Path) -> tuple[int, int]:
+    """(sizes of the regular files directly in a session dir, size of its chosen log): links
+    and FIFOs are not followed; the chosen log is the highest canonical generation, zstd
+    before plain at one version (format §3.3)."""
     total = 0
+    best: tuple[int, bool] | None = None
+    log = 0
     try:
         with os.scandir(session_dir) as scan:
             for entry in scan:
-                if entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+                total += size
+                parsed = parse_name(entry.name)
+                if parsed is not None:
+                    rank = (parsed[0], parsed[1] == "zstd")
+                    if best is None or rank > best:
+                        best, log = rank, size
     except OSError:
-        return total
-    return total
+        return total, log
+    return total, log
 
 
 def inherited_bytes(log: SessionLog, cut: int) -> int:
@@ -174,13 +186,7 @@ def inherited_bytes(log: SessionLog, cut: int) -> int:
 
 
 def _usage(node: Node, family: str, present: set[str]) -> SessionUsage:
-    generation = node.generation
-    log_bytes = 0
-    if generation is not None:
-        try:
-            log_bytes = os.stat(generation.path, follow_symlinks=False).st_size
-        except OSError:
-            log_bytes = 0
+    total, log_bytes = dir_bytes(node.session_dir)
     if node.kind == "fork":
         source_present = node.parent in present and PARENT_MISSING not in node.flags
     elif node.kind == "copy":
@@ -192,7 +198,7 @@ def _usage(node: Node, family: str, present: set[str]) -> SessionUsage:
         path=node.path,
         kind=node.kind,
         family=family,
-        bytes=dir_bytes(node.session_dir),
+        bytes=total,
         log_bytes=log_bytes,
         inherited=0 if not node.is_seeded else None,
         source_present=source_present,
@@ -201,7 +207,8 @@ def _usage(node: Node, family: str, present: set[str]) -> SessionUsage:
         usage.inherited = None
         usage.flags.append("unreadable")
         return usage
-    if node.is_seeded and generation is not None:
+    generation = node.generation if node.is_seeded else None
+    if generation is not None:
         try:
             log = open_log(generation)
             usage.log_bytes = len(log.data)  # the bytes that were measured, as read

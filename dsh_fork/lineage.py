@@ -65,8 +65,7 @@ class Node:
     parent: str | None
     created_at: int | None
     is_seeded: bool
-    session_dir: Path = field(repr=False)
-    generation: Generation | None = field(default=None, repr=False)
+    entry: SessionEntry = field(repr=False)
     cut: int | None = None
     cut_turn: int | None = None
     turns: int | None = None
@@ -78,6 +77,15 @@ class Node:
     flags: list[str] = field(default_factory=list)
     children: list[Node] = field(default_factory=list, repr=False)
     facts: Facts | None = field(default=None, repr=False)
+
+    @property
+    def session_dir(self) -> Path:
+        return self.entry.session_dir
+
+    @property
+    def generation(self) -> Generation | None:
+        """The chosen generation; built only for the sessions whose log is opened."""
+        return self.entry.generation
 
     @property
     def project(self) -> str:
@@ -196,16 +204,15 @@ def _kind(entry: SessionEntry) -> Kind:
 def _node(root: Path, entry: SessionEntry) -> Node:
     header = entry.header
     session_dir = entry.session_dir
-    generation = entry.generation
+    name = session_dir.name
     node = Node(
-        id=entry.id or session_dir.name,
-        path=f"{session_dir.parent.name}/{session_dir.name}",
+        id=entry.id or name,
+        path=f"{session_dir.parent.name}/{name}",
         kind=_kind(entry),
         parent=entry.parent,
         created_at=entry.created_at if entry.created_at or header else None,
         is_seeded=bool(header and header.is_seeded),
-        session_dir=session_dir,
-        generation=generation,
+        entry=entry,
     )
     if header is None:
         error = entry.error

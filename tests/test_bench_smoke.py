@@ -22,7 +22,11 @@ CASES = (
     "peak memory: inspect",
     "relink (20 children)",
     "list-agents (200 sessions)",
+    "tree (200 sessions)",
+    "du (200 sessions)",
     "relink --all (10 forks)",
+    "tree (10 relinked forks)",
+    "du (10 relinked forks)",
 )
 
 
