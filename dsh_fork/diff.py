@@ -105,8 +105,8 @@ def _kind(log: SessionLog) -> str:
     header = log.header
     if header.parent_session is None:
         return "root"
-    if header.origin == "subagent":
-        return "copy" if header.is_seeded else "subagent"
+    if header.origin == "subagent":  # a relink copy or a subagent DSH seeded: the header alone
+        return "seeded subagent" if header.is_seeded else "subagent"  # cannot tell them apart
     return "fork" if header.is_seeded else "linked"
 
 

@@ -201,7 +201,7 @@ def _kind(entry: SessionEntry) -> Kind:
     return "fork" if header.is_seeded else "linked"
 
 
-def _node(root: Path, entry: SessionEntry) -> Node:
+def _node(entry: SessionEntry) -> Node:
     header = entry.header
     session_dir = entry.session_dir
     name = session_dir.name
@@ -232,7 +232,7 @@ def build_forest(root: Root) -> list[Node]:
     ``parent missing``), when it names itself, or when it is the first (oldest) member of a
     parent cycle (flagged ``cycle``; the edge that closes the cycle is not followed).
     """
-    nodes = [_node(root.path, entry) for entry in root.entries()]
+    nodes = [_node(entry) for entry in root.entries()]
     by_id: dict[str, Node] = {}
     for node in sorted(nodes, key=_order):
         if node.id in by_id:
@@ -294,7 +294,8 @@ def family_of(tops: list[Node], session_dir: Path) -> Node | None:
         stack = [top]
         while stack:
             node = stack.pop()
-            if node.session_dir.resolve() == target:
+            here = node.session_dir
+            if here.name == target.name and here.resolve() == target:
                 return top
             stack.extend(node.children)
     return None

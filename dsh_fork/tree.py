@@ -22,7 +22,7 @@ def describe(node: Node) -> str:
     elif node.kind == "copy":
         parts.append(f"copy of {node.copy_of}")
     elif node.kind == "seeded-subagent" and node.forked_at is not None:
-        parts.append(f"seeded subagent, cut at seq {node.cut} (after turn {node.cut_turn})")
+        parts.append(f"seeded subagent at seq {node.forked_at} (after turn {node.cut_turn})")
     else:
         parts.append(node.kind)
     if node.label is not None:
@@ -30,7 +30,8 @@ def describe(node: Node) -> str:
     if node.title is not None:
         parts.append(f"title {node.title!r}")
     if node.turns is not None:
-        parts.append(f"{node.turns} turns" + (", open turn" if node.open_turn else ""))
+        turns = f"{node.turns} turn" + ("" if node.turns == 1 else "s")
+        parts.append(turns + (", open turn" if node.open_turn else ""))
     if node.flags:
         parts.append("[" + "; ".join(node.flags) + "]")
     return "  ".join(parts)

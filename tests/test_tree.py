@@ -256,3 +256,34 @@ def test_foreign_roots_show_every_session_once(name: str, tmp_path: Path) -> Non
         header = read_header(generation)
         assert node.parent == header.parent_session
         assert node.is_seeded == header.is_seeded
+
+
+SEEDED = {
+    "vfs3--root": ("preview-architecture-review", 169, "preview-showcase"),
+    "vfs4--root": ("preview-architecture-review", 169, "preview-showcase"),
+    "upstream--acp-agent__snapshots_subagent-fork-in-process--root": (
+        "ada8966c-9fa3-441b-8721-37ff1e795e6a",
+        42,
+        "96cf59c9-b347-48b9-b234-a5200913ad05",
+    ),
+    "upstream--acp-agent__snapshots_subagent-mixed--root": (
+        "02b3a8dd-1d5e-4866-825f-5fbf5000a632",
+        36,
+        "959ffdf5-03e2-465e-9482-009b704632dc",
+    ),
+}
+"""Subagents DSH itself seeded with their parent's context, and their cuts (foreign README)."""
+
+
+@pytest.mark.parametrize("name", sorted(SEEDED))
+def test_subagents_dsh_seeded_are_seeded_subagents_with_their_cut(name: str) -> None:
+    child, cut, parent = SEEDED[name]
+    found = lineage_arg(None, str(foreign_roots(name)))
+    node = by_id(found)[child]
+    assert (node.kind, node.cut, node.parent, node.copy_of) == (
+        "seeded-subagent",
+        cut,
+        parent,
+        None,
+    )
+    assert parent_of(found)[child] == parent
