@@ -21,17 +21,16 @@ Sizes are apparent sizes (``st_size``), so they add up exactly; the read is read
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .discovery import Root, locate
-from .errors import DshForkError
 from .generations import parse_name
 from .layout import resolve_root
 from .lineage import PARENT_MISSING, Lineage, Node, lineage
-from .reader import SessionLog, open_log
+from .reader import SessionLog
 
 
 @dataclass
@@ -185,7 +184,11 @@ def inherited_bytes(log: SessionLog, cut: int) -> int:
     return total
 
 
-def _usage(node: Node, family: str, present: set[str]) -> SessionUsage:
+Measured = dict[str, tuple[int, int]]
+"""Session path → (log bytes as read, inherited bytes): filled while the lineage is read."""
+
+
+def _usage(node: Node, family: str, present: set[str], measured: Measured) -> SessionUsage:
     total, log_bytes = dir_bytes(node.session_dir)
     if node.kind == "fork":
         source_present = node.parent in present and PARENT_MISSING not in node.flags
@@ -206,25 +209,28 @@ def _usage(node: Node, family: str, present: set[str]) -> SessionUsage:
     if node.kind == "unreadable":
         usage.inherited = None
         usage.flags.append("unreadable")
-        return usage
-    generation = node.generation if node.is_seeded else None
-    if generation is not None:
-        try:
-            log = open_log(generation)
-            usage.log_bytes = len(log.data)  # the bytes that were measured, as read
-            cut = node.cut if node.cut is not None else 0
-            usage.inherited = inherited_bytes(log, cut)
-        except DshForkError as exc:
-            usage.flags.append(f"unreadable log: {exc.message}")
-        except OSError as exc:
-            usage.flags.append(f"unreadable log: {exc.strerror}")
+    elif node.path in measured:
+        usage.log_bytes, usage.inherited = measured[node.path]  # the bytes that were read
+    elif node.is_seeded:
+        usage.flags.append(f"unreadable log: {node.error}")
     if usage.inherited is None:
         usage.source_present = False
     return usage
 
 
-def disk_usage(forest: Lineage, *, top: int | None = None) -> DiskUsage:
-    """Sizes of every session of a lineage, grouped by family and by project dir."""
+def measure(measured: Measured) -> Callable[[Node, SessionLog], None]:
+    """The hook that measures each seeded log while the lineage has it open."""
+
+    def hook(node: Node, log: SessionLog) -> None:
+        if node.is_seeded and node.cut is not None:
+            measured[node.path] = (len(log.data), inherited_bytes(log, node.cut))
+
+    return hook
+
+
+def disk_usage(forest: Lineage, measured: Measured, *, top: int | None = None) -> DiskUsage:
+    """Sizes of every session of a lineage, grouped by family and by project dir; the seeded
+    logs were measured while the lineage was read (``measure``)."""
     present = {node.id for node in forest.nodes()}
     sessions: list[SessionUsage] = []
     families: list[Group] = []
@@ -235,7 +241,7 @@ def disk_usage(forest: Lineage, *, top: int | None = None) -> DiskUsage:
         while stack:
             node = stack.pop()
             stack.extend(node.children)
-            usage = _usage(node, head.id, present)
+            usage = _usage(node, head.id, present, measured)
             sessions.append(usage)
             group.add(usage)
             projects.setdefault(node.project, Group(node.project)).add(usage)
@@ -264,10 +270,14 @@ def disk_usage_arg(
     env: Mapping[str, str] | None = None,
 ) -> DiskUsage:
     """Resolve an optional SESSION argument and measure the root or its family (``du``)."""
+    measured: Measured = {}
+    hook = measure(measured)
     if arg is None:
-        forest = lineage(Root(resolve_root(root_option, env)), detail=False)
+        forest = lineage(Root(resolve_root(root_option, env)), detail=False, hook=hook)
     else:
         located = locate(arg, root_option, env)
-        forest = lineage(located.root, session_dir=located.session_dir, session=arg, detail=False)
+        forest = lineage(
+            located.root, session_dir=located.session_dir, session=arg, detail=False, hook=hook
+        )
         forest.warnings[:0] = located.warnings
-    return disk_usage(forest, top=top)
+    return disk_usage(forest, measured, top=top)

@@ -11,7 +11,8 @@ cannot be read is a node of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from .generations import Generation
 from .layout import resolve_root
 from .model import Facts, derive
 from .provenance import Logged, match_copies
-from .reader import open_log
+from .reader import SessionLog, open_log
 
 Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
 KINDS: tuple[Kind, ...] = (
@@ -304,24 +305,93 @@ def family_of(tops: list[Node], session_dir: Path) -> Node | None:
 # -- the facts logs are opened for ------------------------------------------------------------
 
 
-def _read_facts(node: Node) -> tuple[Facts, Any] | None:
-    """Open the node's log for the facts of ``FACT_TYPES``; an unreadable log flags the node."""
-    generation = node.generation
-    if generation is None or node.kind == "unreadable":
-        return None
-    try:
-        log = open_log(generation, collect=FACT_TYPES)
-    except DshForkError as exc:
-        node.error = exc.message
-        node.flags.append("unreadable log")
-        return None
-    except OSError as exc:
-        node.error = f"{generation.path}: unreadable ({exc.strerror})"
-        node.flags.append("unreadable log")
-        return None
-    facts = derive(log.header, log.event_count, log.collected)
-    facts.torn = log.torn
-    return facts, log
+LogHook = Callable[[Node, SessionLog], None]
+"""Called once for every log opened, while it is open (``du`` measures prefixes with it)."""
+
+
+class _Reader:
+    """Opens each log of a family at most once: facts for the node, the log kept only for
+    subagents and copies (provenance compares their prefixes) until the family is done."""
+
+    def __init__(self, *, everyone: bool, hook: LogHook | None) -> None:
+        self.everyone = everyone
+        self.hook = hook
+        self.kept: dict[str, Logged | None] = {}
+        self.done: set[str] = set()
+
+    def wanted(self, node: Node) -> bool:
+        return node.is_seeded or (self.everyone and not _is_lonely(node))
+
+    def open(self, node: Node, *, keep: bool = False) -> Logged | None:
+        """The node's log and facts (read once); ``keep`` holds it for provenance."""
+        if node.path in self.kept:
+            return self.kept[node.path]
+        if node.path in self.done and not keep:
+            return None
+        logged = self._read(node)
+        self.done.add(node.path)
+        if keep:
+            self.kept[node.path] = logged
+        return logged
+
+    def _read(self, node: Node) -> Logged | None:
+        """Open the log for the facts of ``FACT_TYPES``; an unreadable log flags the node."""
+        generation = node.generation
+        if generation is None or node.kind == "unreadable":
+            return None
+        try:
+            log = open_log(generation, collect=FACT_TYPES)
+        except DshForkError as exc:
+            node.error = exc.message
+            node.flags.append("unreadable log")
+            return None
+        except OSError as exc:
+            node.error = f"{generation.path}: unreadable ({exc.strerror})"
+            node.flags.append("unreadable log")
+            return None
+        facts = derive(log.header, log.event_count, log.collected)
+        facts.torn = log.torn
+        if node.path not in self.done:
+            _apply(node, facts)
+            if self.hook is not None:
+                try:
+                    self.hook(node, log)
+                except DshForkError as exc:
+                    node.error = exc.message
+                    node.flags.append("unreadable log")
+        return Logged(node.id, log, facts)
+
+    def family(self, top: Node) -> None:
+        """Facts of the family's nodes and copy-of of its copies, parents before children
+        (a copy's own copies are matched against its original's subagents)."""
+        index = _index(top)
+        queue = deque([top])
+        while queue:
+            node = queue.popleft()
+            queue.extend(node.children)
+            if self.wanted(node):
+                self.open(node, keep=node.kind in ("subagent", "copy"))
+            copies = [c for c in node.children if c.kind == "copy"]
+            if copies:
+                self._match(node, copies, index)
+        self.kept.clear()
+        self.done.clear()
+
+    def _match(self, node: Node, copies: list[Node], index: Mapping[str, Node]) -> None:
+        candidates: list[Node] = []
+        source = _source_of(node, index)
+        seen: set[str] = {node.path}
+        while source is not None and source.path not in seen:
+            seen.add(source.path)
+            candidates += [c for c in source.children if c.kind in ("subagent", "copy")]
+            source = _source_of(source, index)
+        if not candidates:
+            return
+        existing = [x for x in (self.open(c, keep=True) for c in copies) if x is not None]
+        offered = [x for x in (self.open(c, keep=True) for c in candidates) if x is not None]
+        by_id = {copy.id: copy for copy in copies}
+        for copy_id, source_id in match_copies(existing, offered).items():
+            by_id[copy_id].copy_of = source_id
 
 
 def _apply(node: Node, facts: Facts) -> None:
@@ -340,19 +410,12 @@ def _apply(node: Node, facts: Facts) -> None:
         node.cut_turn = sum(1 for seq in ends if seq < cut)
 
 
-def _enrich(tops: list[Node], *, everyone: bool) -> None:
-    """Read the facts of seeded nodes (and, with ``everyone``, of every node with relatives),
-    then match each seeded subagent to the session it was copied from."""
-    stack = list(tops)
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)
-        if node.is_seeded or (everyone and not _is_lonely(node)):
-            read = _read_facts(node)
-            if read is not None:
-                _apply(node, read[0])
+def _enrich(tops: list[Node], *, everyone: bool, hook: LogHook | None = None) -> None:
+    """Read the facts of seeded nodes (and, with ``everyone``, of every node with relatives)
+    and match each seeded subagent to the session it was copied from, family by family."""
+    reader = _Reader(everyone=everyone, hook=hook)
     for top in tops:
-        _provenance(top, {})
+        reader.family(top)
     stack = list(tops)
     while stack:
         node = stack.pop()
@@ -380,42 +443,6 @@ def _index(top: Node) -> dict[str, Node]:
     return out
 
 
-def _logged(node: Node) -> Logged | None:
-    read = _read_facts(node)
-    if read is None:
-        return None
-    facts, log = read
-    return Logged(node.id, log, facts)
-
-
-def _provenance(top: Node, by_id: dict[str, Node]) -> None:
-    """copy-of for every copy of the family, parents before children (a copy's own copies are
-    matched against its original's subagents). Logs are opened one parent at a time."""
-    index = by_id or _index(top)
-    queue = [top]
-    while queue:
-        node = queue.pop(0)
-        queue.extend(node.children)
-        copies = [c for c in node.children if c.kind == "copy"]
-        if not copies:
-            continue
-        candidates: list[Node] = []
-        source = _source_of(node, index)
-        seen: set[str] = {node.path}
-        while source is not None and source.path not in seen:
-            seen.add(source.path)
-            candidates += [c for c in source.children if c.kind in ("subagent", "copy")]
-            source = _source_of(source, index)
-        if not candidates:
-            continue
-        existing = [x for x in (_logged(c) for c in copies) if x is not None]
-        offered = [x for x in (_logged(c) for c in candidates) if x is not None]
-        for copy_id, source_id in match_copies(existing, offered).items():
-            for copy in copies:
-                if copy.id == copy_id:
-                    copy.copy_of = source_id
-
-
 # -- the command --------------------------------------------------------------------------------
 
 
@@ -425,6 +452,7 @@ def lineage(
     session_dir: Path | None = None,
     session: str | None = None,
     detail: bool = True,
+    hook: LogHook | None = None,
 ) -> Lineage:
     """The forest of ``root``, or only the family holding ``session_dir``.
 
@@ -437,7 +465,7 @@ def lineage(
     if session_dir is not None:
         family = family_of(tops, session_dir)
         tops = [] if family is None else [family]
-    _enrich(tops, everyone=detail)
+    _enrich(tops, everyone=detail, hook=hook)
     result = Lineage(root.path, session, tops)
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")
