@@ -287,3 +287,25 @@ def test_subagents_dsh_seeded_are_seeded_subagents_with_their_cut(name: str) -> 
         None,
     )
     assert parent_of(found)[child] == parent
+
+
+def test_a_terminal_gets_a_rich_tree_with_every_session(root: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from dsh_fork.cli.base import Out
+    from dsh_fork.cli.tree import _render
+
+    build_family(root, relinked=True)
+    found = lineage_arg(None, str(root))
+    out = Out(json_mode=False)
+    out.tty = True
+    buffer = io.StringIO()
+    out._console = Console(file=buffer, width=300, no_color=True, highlight=False)
+    _render(out, found)
+    text = buffer.getvalue()
+    assert "├── " in text and "└── " in text
+    drawn = [line.lstrip("│├└─ ").split("  ")[0] for line in text.splitlines()[1:-1]]
+    assert drawn == [node.id for node in found.nodes()]
+    assert text.rstrip().endswith("24 sessions: 1 root, 3 fork, 6 subagent, 14 copy")
