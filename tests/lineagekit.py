@@ -45,7 +45,7 @@ def turn_ends(root: Path, session_id: str) -> list[int]:
 
 
 def build_family(root: Path, *, relinked: bool, seed: int = 11) -> Family:
-    """top (4 turns, 2 agents of 2 agents each, catalogued after turn 1), A = fork after
+    """top (4 turns, 2 agents of 2 agents each, catalogued in turn 1), A = fork after
     turn 2, B = fork after turn 3, AA = fork of A at its end. With ``relinked`` every fork
     gets its copies in the same run (``fork`` copies the subagents), else none has any."""
     summary = generate(root, sessions=1, agents=2, depth=2, turns=4, seed=seed)

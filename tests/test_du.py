@@ -100,10 +100,10 @@ def test_top_limits_the_rows_but_not_the_totals(root: Path) -> None:
     data = run_cli("du", "--root", root, "--top", "2", "--json").json()
     assert len(data["sessions"]) == 2
     assert data["sessions"][0]["bytes"] >= data["sessions"][1]["bytes"]
-    assert data["total"]["sessions"] == 24
+    assert data["total"]["sessions"] == 28
     assert data["total"]["bytes"] == files_under(root)
     text = run_cli("du", "--root", root, "--top", "3").stdout
-    assert "Sessions (largest 3 of 24)" in text
+    assert "Sessions (largest 3 of 28)" in text
     assert run_cli("du", "--root", root, "--top", "0").exit_code == 2
 
 
@@ -124,7 +124,7 @@ def test_plain_text_states_the_saving(root: Path) -> None:
     data = run_cli("du", "--root", root, "--json").json()
     text = run_cli("du", "--root", root).stdout
     total = data["total"]
-    assert f"24 sessions, {total['bytes']} bytes" in text.splitlines()[0]
+    assert f"28 sessions, {total['bytes']} bytes" in text.splitlines()[0]
     assert f"sharing them would save {total['shareable']} bytes" in text.splitlines()[0]
 
 

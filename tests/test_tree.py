@@ -188,20 +188,23 @@ def test_piped_output_is_indented_plain_text(root: Path) -> None:
         f"  {family.fork_a}  fork at seq {family.cuts[family.fork_a]} (after turn 2)"
         in result.stdout
     )
-    assert f"    {family.fork_aa}  fork at seq 17 (after turn 2)" in result.stdout
-    assert lines[-1] == "24 sessions: 1 root, 3 fork, 6 subagent, 14 copy"
+    assert (
+        f"    {family.fork_aa}  fork at seq {family.cuts[family.fork_aa]} (after turn 2)"
+        in result.stdout
+    )
+    assert lines[-1] == "28 sessions: 1 root, 3 fork, 6 subagent, 18 copy"
     assert "\x1b[" not in result.stdout and "├" not in result.stdout
 
 
 def test_json_has_nodes_and_edges(root: Path) -> None:
     family = build_family(root, relinked=True)
     data = run_cli("tree", "--root", root, "--json").json()
-    assert data["counts"]["copy"] == 14
+    assert data["counts"]["copy"] == 18
     edges = {(e["from"], e["to"], e["kind"]) for e in data["edges"]}
     assert (family.top, family.fork_a, "fork") in edges
     assert (family.fork_a, family.fork_aa, "fork") in edges
     copy_of = [e for e in data["edges"] if e["kind"] == "copy-of"]
-    assert len(copy_of) == 14
+    assert len(copy_of) == 18
     parent_edges = [e for e in data["edges"] if e["kind"] != "copy-of"]
     assert len(parent_edges) == len(data["nodes"]) - 1
 
@@ -308,4 +311,4 @@ def test_a_terminal_gets_a_rich_tree_with_every_session(root: Path) -> None:
     assert "├── " in text and "└── " in text
     drawn = [line.lstrip("│├└─ ").split("  ")[0] for line in text.splitlines()[1:-1]]
     assert drawn == [node.id for node in found.nodes()]
-    assert text.rstrip().endswith("24 sessions: 1 root, 3 fork, 6 subagent, 14 copy")
+    assert text.rstrip().endswith("28 sessions: 1 root, 3 fork, 6 subagent, 18 copy")

@@ -93,4 +93,8 @@ def tree_command(
 
     for warning in lineage.warnings:
         out.warn(warning)
-    sys.stdout.write(printable(mermaid(lineage) if fmt is Format.mermaid else dot(lineage)))
+    # Plain lines even on a terminal (a picture's source is meant to be copied, not wrapped);
+    # each escaped like every other output line.
+    graph = mermaid(lineage) if fmt is Format.mermaid else dot(lineage)
+    for line in graph.splitlines():
+        sys.stdout.write(printable(line) + "\n")
