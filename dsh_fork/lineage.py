@@ -53,6 +53,9 @@ PARENT_MISSING = "parent missing"
 SELF_PARENT = "self-parent"
 CYCLE = "cycle"
 DUPLICATE_ID = "duplicate id"
+TORN_TAIL = "torn tail"
+PLACED_AT_TOP = frozenset((PARENT_MISSING, SELF_PARENT, CYCLE))
+"""Flags of a node drawn at the top although it names a parent."""
 
 
 @dataclass
@@ -396,6 +399,8 @@ class _Reader:
 
 def _apply(node: Node, facts: Facts) -> None:
     node.facts = facts
+    if facts.torn is not None:
+        node.flags.append(TORN_TAIL)
     cut = facts.cut
     ends = facts.turn_ends
     node.turns = len(ends)

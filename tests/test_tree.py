@@ -13,7 +13,7 @@ from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.generations import list_generations
 from dsh_fork.layout import project_dir_name
-from dsh_fork.lineage import Lineage, Node, lineage, lineage_arg
+from dsh_fork.lineage import PLACED_AT_TOP, Lineage, Node, lineage, lineage_arg
 from dsh_fork.reader import read_header
 from dsh_fork.tree import dot, mermaid, plain_lines
 
@@ -45,9 +45,10 @@ def assert_every_session_once(root: Path, found: Lineage) -> None:
     assert len(paths) == len(set(paths))
     drawn = parent_of(found)
     for node in found.nodes():
-        if node.flags:
-            continue  # orphans, self-parents, cycles: at the top, with their flag
-        assert drawn[node.id] == node.parent
+        if PLACED_AT_TOP & set(node.flags):
+            assert drawn[node.id] is None  # orphans, self-parents, cycles: at the top
+        else:
+            assert drawn[node.id] == node.parent
 
 
 @pytest.fixture(params=["relinked", "not relinked", "relinked later"])
@@ -312,3 +313,41 @@ def test_a_terminal_gets_a_rich_tree_with_every_session(root: Path) -> None:
     drawn = [line.lstrip("│├└─ ").split("  ")[0] for line in text.splitlines()[1:-1]]
     assert drawn == [node.id for node in found.nodes()]
     assert text.rstrip().endswith("28 sessions: 1 root, 3 fork, 6 subagent, 18 copy")
+
+
+@pytest.mark.parametrize("relinked", [True, False], ids=["relinked", "not relinked"])
+def test_a_generated_root_with_chains_of_forks_and_every_oddity(root: Path, relinked: bool) -> None:
+    """The fixture generator's forks of forks, legacy copies, open turns, torn tails and v3
+    trees: every session once, under its parent, forks with their cut."""
+    from dsh_fork.fixtures import generate
+
+    generate(
+        root,
+        sessions=2,
+        agents=2,
+        depth=2,
+        turns=3,
+        tools=True,
+        forks=2,
+        fork_depth=2,
+        relinked=relinked,
+        legacy=True,
+        open_turns=True,
+        torn_tails=True,
+        old_generation=1,
+        seed=5,
+    )
+    found = lineage_arg(None, str(root))
+    assert_every_session_once(root, found)
+    nodes = list(found.nodes())
+    forks = [n for n in nodes if n.kind == "fork"]
+    assert len(forks) >= 2 * 2 * 2
+    assert all(n.forked_at is not None and n.cut_turn is not None for n in forks)
+    assert any(by_id(found)[n.parent or ""].kind == "fork" for n in forks)  # forks of forks
+    seeded_agents = [n for n in nodes if n.is_seeded and n.kind != "fork"]
+    assert seeded_agents and all(n.kind in ("copy", "seeded-subagent") for n in seeded_agents)
+    if relinked:
+        assert sum(n.kind == "copy" for n in nodes) > 2 * 2 * 2
+    assert not found.unreadable()
+    assert any(n.open_turn for n in nodes)
+    assert sum("torn tail" in n.flags for n in nodes) == 2  # the last leaf of each top tree
