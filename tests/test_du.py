@@ -151,3 +151,32 @@ def test_foreign_roots_add_up(name: str) -> None:
         if item.inherited is not None and generation:
             assert item.inherited + item.own == os.path.getsize(generation[-1].path)
         assert item.bytes == files_under(session_dir)
+
+
+def test_a_generated_root_with_every_oddity_adds_up(root: Path) -> None:
+    """Chains of forks (relinked), legacy copies, open turns, torn tails and v3 trees."""
+    from dsh_fork.fixtures import generate
+
+    generate(
+        root,
+        sessions=2,
+        agents=2,
+        depth=2,
+        turns=3,
+        tools=True,
+        forks=2,
+        fork_depth=2,
+        relinked=True,
+        legacy=True,
+        open_turns=True,
+        torn_tails=True,
+        old_generation=1,
+        seed=5,
+    )
+    usage = disk_usage_arg(None, str(root))
+    assert usage.total.bytes == files_under(root)
+    for item in usage.sessions:
+        assert item.inherited is not None
+        log = list_generations(root / item.path)[-1].path
+        assert item.inherited + item.own == log.stat().st_size
+        assert (item.inherited > 0) == (item.kind in ("fork", "copy", "seeded-subagent"))
