@@ -4,10 +4,11 @@ Every fork and relink copy stores its inherited prefix again: the events its sou
 holds. For a seeded session the chosen log is split exactly into
 
 - **inherited bytes**: the compressed size of every body frame that lies wholly inside the
-  inherited prefix (all its events have seq < cut), plus, for the one frame holding the cut,
-  its compressed size times the share of its decompressed bytes that belong to events below the
-  cut (rounded down); in a plain log, the bytes of the lines below the cut; in a packed v0/v1
-  log, the body's bytes times cut / event count (rounded down);
+  inherited prefix (all its events have seq < cut), plus, for the frame holding the cut (or the
+  run of frames, when a line spans frames), its compressed size times the share of its
+  decompressed bytes that belong to events below the cut (rounded down); in a plain log, the
+  bytes of the lines below the cut; in a packed v0/v1 log, the body's bytes times cut / event
+  count (rounded down);
 - **own bytes**: everything else of the log file: the header frame, the rest of the body,
   a torn tail.
 
@@ -30,7 +31,7 @@ from .discovery import Root, locate
 from .generations import parse_name
 from .layout import resolve_root
 from .lineage import PARENT_MISSING, Lineage, Node, lineage
-from .reader import SessionLog
+from .reader import FramedLog, SessionLog
 
 
 @dataclass
@@ -160,27 +161,25 @@ def inherited_bytes(log: SessionLog, cut: int) -> int:
     """The log bytes of its first ``cut`` events, by the rule in the module docstring."""
     if cut <= 0:
         return 0
-    if log.version < 2:  # packed rows: no per-event framing to follow
+    if not isinstance(log, FramedLog):  # packed rows: no per-event framing to follow
         end = log.torn.offset if log.torn is not None else len(log.data)
-        body = end - log.header_end
         count = log.event_count
-        return body * min(cut, count) // count if count else 0
+        return (end - log.header_end) * min(cut, count) // count if count else 0
     total = 0
     for index, chunk in enumerate(log.chunks):
-        last = chunk.first_seq + chunk.count - 1
-        if chunk.first_seq >= cut:
+        if chunk.first_seq >= cut or chunk.recovered:  # a torn tail is the session's own
             break
-        lines = None if last < cut and chunk.frame is not None else log.chunk_lines(index)
-        if lines is None:
-            assert chunk.frame is not None
-            total += chunk.frame.size
+        size = sum(frame.size for frame in chunk.frames)
+        if chunk.frames and chunk.end_seq <= cut:
+            total += size
             continue
+        lines = log.chunk_lines(index)
         below = sum(len(line) + 1 for line in lines[: cut - chunk.first_seq])
-        if chunk.frame is None:  # a plain log: the lines themselves
+        if not chunk.frames:  # a plain log: the lines themselves
             total += below
         else:
             plain = sum(len(line) + 1 for line in lines)
-            total += chunk.frame.size * below // plain if plain else 0
+            total += size * below // plain if plain else 0
     return total
 
 
