@@ -15,13 +15,14 @@ from typing import Any
 
 from .catalog import fact_from_descriptor
 from .discovery import Located, Root, SessionEntry, locate
-from .errors import CorruptLog, DshForkError, UnsupportedFormat
+from .errors import CorruptLog, DshForkError, Partial, UnsupportedFormat
 from .generations import SUPPORTED_VERSION
 from .locking import running as is_running
 from .model import MODEL_TYPES, CatalogEntry, Facts, facts_of
 from .provenance import Logged, match_copies
 from .reader import open_log
 from .records import Header, nonneg_int
+from .times import iso_ms
 
 ON_DISK_NOT_CATALOGUED = "on disk, not catalogued"
 CATALOGUED_BY_MIGRATION = "catalogued by DSH's v4 migration"
@@ -61,6 +62,7 @@ class AgentRow:
             "provider": self.provider,
             "model": self.model,
             "createdAt": self.created_at,
+            "createdAtIso": iso_ms(self.created_at),
             "turns": self.turns,
             "status": self.status,
             "onDisk": self.on_disk,
@@ -88,6 +90,10 @@ class AgentTree:
             "children": [row.to_json() for row in self.children],
             "forks": self.forks,
         }
+
+    def partial(self) -> Partial | None:
+        """Listing never fails part-way: a child it cannot read is a row with a flag."""
+        return None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 
 from .agents import list_agents
 from .discovery import Located, locate
+from .errors import Partial
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import SessionLog, open_log
@@ -70,6 +71,10 @@ class DiffResult:
     def first_difference(self) -> int | None:
         """The first seq that differs or exists on one side only; None when identical."""
         return None if self.identical else self.common
+
+    def partial(self) -> Partial | None:
+        """Read-only and whole: never partial (unreadable sessions are items of the result)."""
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,6 +24,7 @@ from .generations import (
     select,
 )
 from .layout import decode_segment, encode_segment, expand_home, resolve_root
+from .lookup import expand_prefix
 from .reader import check_version, peek_fields, read_header, read_header_line
 from .records import Header, LineError, parse_header, parse_line
 
@@ -534,7 +535,8 @@ def _existing_path(arg: str) -> Path | None:
 
 
 def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = None) -> Located:
-    """Resolve an id, a session dir or a log file path (semantics §2.1, §2.2).
+    """Resolve an id (or a unique id prefix), a session dir or a log file path (semantics
+    §2.1, §2.2); a root that cannot be one is refused with the fix (``lookup.check_root``).
 
     [P] A path wins when it leads to a session dir; an existing path that does not (the ids
     ``.`` and ``..`` name the working directory and its parent) is tried as an id before it
@@ -552,7 +554,7 @@ def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = No
                 return _located(by_id, by_id.find(arg))
         return _located_path(arg, absolute, session_dir, root_option, env)
     root = Root(resolve_root(root_option, env))
-    return _located(root, root.find(arg))
+    return _located(root, root.find(expand_prefix(root, arg)))
 
 
 def _located_path(

@@ -9,6 +9,7 @@ A file that cannot be read is a finding, never a crash.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,9 +78,17 @@ class DoctorReport:
             "counts": self.counts(),
         }
 
-    def partial(self) -> Partial:
-        """The PARTIAL error naming every failing root rule and session (exit 10)."""
+    @property
+    def warnings(self) -> list[str]:
+        """Command warnings (findings of severity warning are findings, not these)."""
+        return []
+
+    def partial(self) -> Partial | None:
+        """The PARTIAL error naming every failing root rule and session (exit 10), or None
+        when no finding is an error."""
         errors = self.errors
+        if not errors:
+            return None
         failed = [{"id": f.session or "root", "code": f.code, "message": f.message} for f in errors]
         sessions = {f.session for f in errors if f.scope == "session"}
         root_rules = sum(1 for f in errors if f.scope == "root")
@@ -286,6 +295,9 @@ def _lineage(
     # Below v4 DSH's migration catalogs the children in the parent's own project dir
     # (format §10.5.6): only children elsewhere stay out of its panel.
     migrates = check.generation is not None and check.generation.version < SUPPORTED_VERSION
+    fix = ""
+    if entry.header is not None and entry.header.is_fork_child:
+        fix = f"; `dsh-fork relink {shlex.quote(entry.id)}` catalogues it"
     for child_id, kid in on_disk.items():
         if migrates and kid.session_dir.parent == entry.session_dir.parent:
             continue
@@ -294,7 +306,7 @@ def _lineage(
                 "warning",
                 "NOT_CATALOGUED",
                 f"subagent child {child_id} is on disk but not in the own-range catalog "
-                "(DSH's panel does not show it)",
+                f"(DSH's panel does not show it){fix}",
             )
     for child_id, (seq, data) in catalogued.items():
         child = on_disk.get(child_id)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .discovery import Root, locate
+from .errors import Partial
 from .generations import parse_name
 from .layout import resolve_root
 from .lineage import PARENT_MISSING, Lineage, Node, lineage
@@ -120,6 +121,10 @@ class DiskUsage:
         for usage in self.sessions:
             total.add(usage)
         return total
+
+    def partial(self) -> Partial | None:
+        """Read-only and whole: never partial (unreadable sessions are items of the result)."""
+        return None
 
     def to_json(self) -> dict[str, Any]:
         limit = self.top

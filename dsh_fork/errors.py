@@ -1,7 +1,8 @@
 """Typed errors, one per contract code, each carrying its exit code.
 
-The exit-code table of the contract lives here and nowhere else; the CLI maps an error to its
-exit code by reading ``exit_code`` and never decides codes itself.
+The exit-code table of the contract lives here and nowhere else (``EXIT_CODES``, which the
+help text prints); the CLI maps an error to its exit code by reading ``exit_code`` and never
+decides codes itself.
 """
 
 from __future__ import annotations
@@ -78,50 +79,73 @@ class CorruptLog(DshForkError):
 
 class IoError(DshForkError, OSError):
     """The environment refused a read or write (disk full, permission denied, read-only
-    filesystem, I/O error): not a bug, so not INTERNAL, but it shares exit 1 (the contract
-    table has no other code for it). Also an ``OSError``, so code that handles those keeps
-    working; ``errno`` is the original one."""
+    filesystem, I/O error): not a bug, so not INTERNAL (exit 1), but exit 11, the first code
+    after the contract's table, so a script can tell "retry elsewhere" from "report a bug".
+    Also an ``OSError``, so code that handles those keeps working; ``errno`` is the original
+    one."""
 
     code = "IO_ERROR"
-    exit_code = 1
+    exit_code = 11
 
     def __init__(self, message: str, *, errno: int | None = None, **details: Any) -> None:
         super().__init__(message, **details)
         self.errno = errno
 
     @classmethod
-    def of(cls, exc: OSError, verb: str = "write", **details: Any) -> IoError:
-        """``cannot <verb> <path>: <strerror>`` from the OSError that stopped an operation."""
+    def of(
+        cls,
+        exc: OSError,
+        verb: str = "write",
+        *,
+        where: object | None = None,
+        **details: Any,
+    ) -> IoError:
+        """``cannot <verb> <path>: <strerror>`` from the OSError that stopped an operation.
+
+        An OSError raised on a file descriptor names no file; ``where`` (the file or dir the
+        operation was working on) then names it, so every I/O error line has a path.
+        """
         if isinstance(exc, IoError):
             return exc
-        where = exc.filename if exc.filename is not None else "a file"
+        path = exc.filename if exc.filename is not None else where
+        text = "an unnamed file" if path is None else str(path)
         reason = exc.strerror or str(exc) or type(exc).__name__
         return cls(
-            f"cannot {verb} {where}: {reason}",
+            f"cannot {verb} {text}: {reason}",
             errno=exc.errno,
-            path=None if exc.filename is None else str(exc.filename),
+            path=None if path is None else str(path),
             **details,
         )
 
 
 class Partial(DshForkError):
-    """A batch ran to its end but some items failed; ``result`` is the normal result."""
+    """A batch ran to its end but some items failed; ``result`` is the normal result.
+
+    ``next_command`` is what the user runs to finish the work (``dsh-fork relink <child>``
+    after a fork whose subagent copy failed), when there is such a command.
+    """
 
     code = "PARTIAL"
     exit_code = 10
 
-    def __init__(self, message: str, failed: list[dict[str, Any]], result: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        failed: list[dict[str, Any]],
+        result: Any,
+        next_command: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.failed = failed
         self.result = result
+        self.next_command = next_command
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "failed": self.failed,
-            "result": self.result,
-        }
+        """The error member of a partial result's document (the result is beside it)."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message, "failed": self.failed}
+        if self.next_command is not None:
+            out["next"] = self.next_command
+        return out
 
 
 ALL_ERRORS: tuple[type[DshForkError], ...] = (
@@ -138,6 +162,29 @@ ALL_ERRORS: tuple[type[DshForkError], ...] = (
     IoError,
     Partial,
 )
+
+
+EXIT_CODES: tuple[tuple[int, str, str], ...] = (
+    (0, "-", "success"),
+    (1, "INTERNAL", "a bug; should never happen"),
+    (2, "USAGE", "bad arguments, or a root that is none"),
+    (3, "SESSION_NOT_FOUND", "no such session (or an ambiguous id prefix)"),
+    (4, "INVALID_BOUNDARY", "no such seq to fork at"),
+    (4, "OPEN_TURN", "the boundary lies inside an open turn"),
+    (5, "SESSION_ALREADY_EXISTS", "the child id is already used in the root"),
+    (6, "SESSION_LOCKED", "a live DSH process holds it; rerun later"),
+    (7, "SESSION_STALE", "the source changed while read; rerun"),
+    (8, "UNSUPPORTED_FORMAT", "generation above v4, or a write below v4"),
+    (9, "CORRUPT_LOG", "a bad frame, checksum, line, header, seq"),
+    (10, "PARTIAL", "finished, but some items failed (named)"),
+    (11, "IO_ERROR", "permissions, disk full, read-only, I/O"),
+    (130, "-", "interrupted (Ctrl-C)"),
+    (141, "-", "stdout closed early (broken pipe)"),
+)
+"""Every exit code the command can end with; printed by ``dsh-fork --help``."""
+
+BROKEN_PIPE_EXIT = 141
+INTERRUPTED_EXIT = 130
 
 
 def unsupported_below_v4(what: str, version: int, **details: Any) -> UnsupportedFormat:

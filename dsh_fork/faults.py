@@ -2,11 +2,15 @@
 
 Every durable step of the writer (mkdir, lock file creation, file write, fsync, link, rename,
 append, truncate, unlink) calls ``step`` before and ``done`` after itself. A plan installed with
-``install`` (or through the ``DSH_FORK_FAULT`` environment variable, for subprocess tests, as
-``kill:K``, ``crash:K``, ``tear:K``, ``enospc:K``, ``eacces:K``, ``erofs:K`` or ``eio:K``)
-then acts at the K-th step: errors replace the step, crashes happen right after it, and
-``tear`` makes a write step write only half of its bytes before the crash (a torn frame). With
+``install`` (or, once the test suite has called ``enable_env``, through the
+``DSH_FORK_FAULT`` environment variable, for subprocess tests, as ``kill:K``, ``crash:K``,
+``tear:K``, ``enospc:K``, ``eacces:K``, ``erofs:K`` or ``eio:K``) then acts at the K-th
+step: errors replace the step, crashes happen right after it, and ``tear`` makes a write
+step write only half of its bytes before the crash (a torn frame). With
 no plan every call is a no-op.
+
+The installed command never reads ``DSH_FORK_FAULT``: only a process that called
+``enable_env`` (the test suite, and the test launcher its subprocess tests run) does.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Plan:
 
 
 _plan: Plan | None = None
+_env_enabled = False
 
 
 def _from_env() -> Plan | None:
@@ -108,7 +113,14 @@ def install(action: str, at: int) -> Iterator[Plan]:
         _plan = previous
 
 
+def enable_env() -> None:
+    """Let ``load_from_env`` read ``DSH_FORK_FAULT``: called by the test suite only."""
+    global _env_enabled
+    _env_enabled = True
+
+
 def load_from_env() -> None:
-    """Install the plan named by ``DSH_FORK_FAULT``, if any (called once by the CLI)."""
+    """Install the plan named by ``DSH_FORK_FAULT`` (called once by the CLI), only in a
+    process that called ``enable_env``; elsewhere the variable means nothing."""
     global _plan
-    _plan = _from_env()
+    _plan = _from_env() if _env_enabled else None

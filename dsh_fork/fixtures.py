@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from . import frames as zframes
-from .errors import UsageError
+from .errors import Partial, UsageError
 from .generations import canonical_name
 from .layout import encode_segment, project_dir_name
 from .records import dumps_record, encode_header
@@ -356,10 +356,15 @@ class FixtureSummary:
     old_generation: list[str] = field(default_factory=list)
     open_turns: list[str] = field(default_factory=list)
     torn_tails: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def partial(self) -> Partial | None:
+        """A fixture is written whole or the command fails."""
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "root": str(self.root),
+            "root": str(self.root.absolute()),
             "sessions": self.sessions,
             "perDepth": {str(d): n for d, n in sorted(self.per_depth.items())},
             "topLevel": self.top_level,

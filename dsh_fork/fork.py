@@ -13,6 +13,7 @@ agent plan).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
 from .model import Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
+from .times import iso_ms
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
     from .relink import ForkPoint, RelinkSummary
@@ -63,6 +65,12 @@ class ForkResult:
     dry_run: bool
     agents: RelinkSummary | None = None
     warnings: list[str] = field(default_factory=list)
+    failure: Partial | None = field(default=None, repr=False)
+
+    def partial(self) -> Partial | None:
+        """PARTIAL (exit 10) when the child was written but part of its subagent tree was
+        not; the error names the command that finishes the work."""
+        return self.failure
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +83,7 @@ class ForkResult:
                 "inheritedEvents": self.inherited_events,
                 "agentPreset": self.agent_preset,
                 "createdAt": self.created_at,
+                "createdAtIso": iso_ms(self.created_at),
             },
             "agents": None if self.agents is None else self.agents.to_json(),
             "dryRun": self.dry_run,
@@ -307,12 +316,13 @@ def _copy_agents(
             new_id=new_id,
         )
     except DshForkError as error:
-        raise Partial(
-            f"forked {child_id}, but copying its subagents failed: {error.message}; "
-            f"run `dsh-fork relink {child_id}` to finish",
+        result.failure = Partial(
+            f"forked {child_id}, but copying its subagents failed: {error.message}",
             [{"id": child_id, "code": error.code, "message": error.message}],
-            result.to_json(),
-        ) from error
+            result,
+            next_command=relink_command(child_id),
+        )
+        return
     _set_agents(result, summary)
 
 
@@ -322,9 +332,17 @@ def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:
     result.warnings += summary.warnings
     partial = summary.partial()
     if partial is not None:
+        next_command = None
         if result.dry_run:
             message = f"dry run: the subagent copy would be partial: {partial.message}"
         else:
             message = f"forked {result.parent_session} into {result.child_id}, but "
             message += f"the subagent copy is partial: {partial.message}"
-        raise Partial(message, partial.failed, result.to_json())
+            assert result.child_id is not None
+            next_command = relink_command(result.child_id)
+        result.failure = Partial(message, partial.failed, result, next_command=next_command)
+
+
+def relink_command(child_id: str) -> str:
+    """The command that completes a fork child's subagent tree (a rerun copies what is missing)."""
+    return f"dsh-fork relink {shlex.quote(child_id)}"

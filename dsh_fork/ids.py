@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable
 
@@ -17,3 +18,15 @@ def new_session_id() -> str:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def new_id_problem(session_id: str) -> str | None:
+    """Why a user-given new id is refused, or None: a control character would break every line
+    that prints the id, and a lone surrogate is no text at all (it cannot be UTF-8)."""
+    for ch in session_id:
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            return f"the child id holds the control character U+{ord(ch):04X}"
+        if category == "Cs":
+            return f"the child id holds a lone surrogate U+{ord(ch):04X} (not valid UTF-8)"
+    return None

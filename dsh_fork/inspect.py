@@ -22,7 +22,7 @@ import orjson
 from . import frames as zframes
 from . import parallel
 from .discovery import Located, locate
-from .errors import CorruptLog, UnsupportedFormat
+from .errors import CorruptLog, Partial, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
 from .model import MODEL_TYPES, Facts
@@ -35,6 +35,7 @@ from .records import (
     nonneg_int,
     parse_event,
 )
+from .times import iso_ms
 from .turns import TurnSummary, turn_summaries
 from .validation import (
     Finding,
@@ -310,6 +311,10 @@ class InspectReport:
         cut = self.facts.cut
         return self.facts.pending_inbox(through=cut - 1) if cut > 0 else []
 
+    def partial(self) -> Partial | None:
+        """Inspecting is one read: it succeeds or fails whole."""
+        return None
+
     def to_json(self, *, with_events: bool = True) -> dict[str, Any]:
         """The ``--json`` document; ``with_events=False`` leaves out the event list."""
         log, facts = self.log, self.facts
@@ -352,6 +357,7 @@ class InspectReport:
                 "parentExists": self.parent_exists,
                 "markers": facts.tagged_markers,
                 "lastInheritedTime": self.last_inherited_time,
+                "lastInheritedTimeIso": iso_ms(self.last_inherited_time),
             },
             "descriptor": self.descriptor_json(),
             "catalog": self.catalog_json(),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .discovery import Root, SessionEntry, locate
-from .errors import DshForkError
+from .errors import DshForkError, Partial
 from .generations import Generation
 from .layout import resolve_root
 from .model import Facts, derive
@@ -178,6 +178,10 @@ class Lineage:
 
     def unreadable(self) -> list[Node]:
         return [node for node in self.nodes() if node.kind == "unreadable"]
+
+    def partial(self) -> Partial | None:
+        """Read-only and whole: never partial (unreadable sessions are items of the result)."""
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -193,6 +193,11 @@ class RelinkAllResult:
     def to_json(self) -> dict[str, Any]:
         return {"results": [r.to_json() for r in self.results], "failed": self.failed}
 
+    @property
+    def warnings(self) -> list[str]:
+        """Each fork child's warnings, prefixed with its id."""
+        return [f"{r.fork_child}: {w}" for r in self.results for w in r.warnings]
+
     def partial(self) -> Partial | None:
         if not self.failed:
             return None

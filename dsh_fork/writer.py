@@ -73,8 +73,9 @@ def _io(function: Callable[_P, _R]) -> Callable[_P, _R]:
             return function(*args, **kwargs)
         except IoError:
             raise
-        except OSError as exc:
-            raise IoError.of(exc) from exc
+        except OSError as exc:  # one on a descriptor names no file: name the first path
+            where = next((a for a in args if isinstance(a, (Path, str))), None)
+            raise IoError.of(exc, where=where) from exc
 
     return wrapper
 

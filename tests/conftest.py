@@ -17,9 +17,12 @@ import pytest
 from safetykit import CASES, STATS, guarded, is_read_only, roots_of
 from typer.testing import CliRunner
 
+from dsh_fork import faults
 from dsh_fork import frames as zframes
 from dsh_fork.cli.app import app
 from dsh_fork.fixtures import Clock, Ids
+
+faults.enable_env()  # in-process runs honour DSH_FORK_FAULT; the installed command never does
 
 SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
 FOREIGN = SAMPLES.parent / "foreign"

@@ -27,12 +27,14 @@ def published(root: Path, clock: Clock, session_id: str = "session-a", **kwargs:
 
 
 def doctor_json(root: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    """(exit code, the report document): the result itself, or PARTIAL's ``result``."""
+    """(exit code, the report document): the same fields whether the run found errors or
+    not; PARTIAL's ``error`` stands beside them."""
     result = run_cli("--root", root, "doctor", *args, "--json")
     value: dict[str, Any] = result.json()
+    assert value.pop("schemaVersion") == 1
     if result.exit_code == 10:
-        assert value["error"]["code"] == "PARTIAL"
-        return 10, value["error"]["result"]
+        assert value.pop("error")["code"] == "PARTIAL"
+        return 10, value
     assert "error" not in value, value
     return result.exit_code, value
 
@@ -362,13 +364,13 @@ def test_partial_output_names_each_failure(root: Path, clock: Clock) -> None:
             "the whole log as written by a newer harness)",
         },
     ]
-    assert error["result"]["counts"] == {"error": 2, "warning": 0, "info": 0}
+    assert result.json()["counts"] == {"error": 2, "warning": 0, "info": 0}
     human = run_cli("--root", root, "doctor")
     assert human.exit_code == 10
     assert human.stderr.splitlines() == [
         "Error: doctor found 2 errors (1 root rule findings, 1 of 1 sessions)",
-        f"  failed: root: {error['failed'][0]['message']}",
-        f"  failed: session-b: {error['failed'][1]['message']}",
+        f"  failed: root (FLAT_FILE): {error['failed'][0]['message']}",
+        f"  failed: session-b (UNKNOWN_EVENT): {error['failed'][1]['message']}",
     ]
     lines = human.stdout.splitlines()
     assert lines[0] == "Doctor"
@@ -379,7 +381,7 @@ def test_partial_output_names_each_failure(root: Path, clock: Clock) -> None:
 def test_help_has_an_example() -> None:
     result = run_cli("doctor", "--help")
     assert result.exit_code == 0
-    assert "Example: dsh-fork" in result.stdout
+    assert "  dsh-fork " in result.stdout
 
 
 def test_the_generation_scan_fixture_set(root: Path, clock: Clock) -> None:

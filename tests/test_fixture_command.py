@@ -220,7 +220,7 @@ def test_negative_counts_are_usage_errors(tmp_path: Path, option: str) -> None:
 def test_help_shows_an_example() -> None:
     result = run_cli("fixture", "--help")
     assert result.exit_code == 0
-    assert "Example: dsh-fork fixture" in result.stdout
+    assert "  dsh-fork fixture " in result.stdout
     for option in ("--sessions", "--agents", "--depth", "--turns", "--seed"):
         assert option in result.stdout
 

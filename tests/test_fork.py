@@ -32,6 +32,7 @@ from dsh_fork.generations import CURRENT_NAME, list_generations
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
 from dsh_fork.reader import open_log
+from dsh_fork.times import iso_ms
 from dsh_fork.validation import validate_dir
 
 SRC = "session-source"
@@ -131,6 +132,7 @@ def test_fork_at_the_last_turn_copies_every_line_and_appends_the_marker(
             "inheritedEvents": 18,
             "agentPreset": "code",
             "createdAt": NOW,
+            "createdAtIso": iso_ms(NOW),
         },
         "agents": None,
         "dryRun": False,
@@ -255,13 +257,14 @@ def test_a_seq_that_does_not_exist_is_invalid_boundary(root: Path, clock: Clock,
 
     assert result.exit_code == 4
     assert result.json() == {
+        "schemaVersion": 1,
         "error": {
             "code": "INVALID_BOUNDARY",
             "message": f"boundary {at} does not exist: valid seqs are 0..17",
             "requested": at,
             "eventCount": 18,
             "session": SRC,
-        }
+        },
     }
     assert [p.name for p in (root / "--home-u-proj--").iterdir()] == [SRC]
 
@@ -673,6 +676,7 @@ def test_dry_run_json_with_a_given_id(root: Path, clock: Clock) -> None:
     assert result.exit_code == 0
     assert tree_listing(root) == before
     assert result.json() == {
+        "schemaVersion": 1,
         "child": {
             "id": "planned",
             "path": str(root / "--home-u-proj--" / "planned" / CURRENT_NAME),
@@ -682,6 +686,7 @@ def test_dry_run_json_with_a_given_id(root: Path, clock: Clock) -> None:
             "inheritedEvents": 18,
             "agentPreset": None,
             "createdAt": None,
+            "createdAtIso": None,
         },
         "agents": None,
         "dryRun": True,
@@ -716,7 +721,7 @@ def test_human_output_of_a_fork(root: Path, clock: Clock) -> None:
         "  frames: 3 copied verbatim, 0 re-encoded",
         "  agent preset: code",
     ]
-    assert lines[5].startswith(f"  created: {created} (")
+    assert lines[5] == f"  created: {iso_ms(created)} ({created})"
     assert lines[6:] == ["  agents: not copied (--no-agents)"]
     assert result.stderr == ""
 
@@ -734,4 +739,4 @@ def test_help_shows_an_example() -> None:
     result = run_cli("fork", "--help")
 
     assert result.exit_code == 0
-    assert "Example: dsh-fork fork" in result.stdout
+    assert "  dsh-fork fork " in result.stdout

@@ -141,15 +141,17 @@ def test_an_uncatalogable_copy_makes_the_fork_partial(root: Path, clock: Clock) 
     )
 
     assert result.exit_code == 10
-    error = result.json()["error"]
+    document = result.json()
+    error = document["error"]
     assert error["code"] == "PARTIAL"
     assert error["message"] == (
         f"forked {PARENT} into child, but the subagent copy is partial: 1 of 2 items failed"
     )
     assert len(error["failed"]) == 1
     assert error["failed"][0]["code"] == "UNCATALOGABLE"
-    assert error["result"]["child"]["id"] == "child"
-    agents = error["result"]["agents"]
+    assert error["next"] == "dsh-fork relink child"
+    assert document["child"]["id"] == "child"
+    agents = document["agents"]
     assert [item["source"] for item in agents["copied"]] == ["session-good"]
     assert agents["uncatalogable"][0]["source"] == "session-nameless"
     assert len(Root(root).children_of("child")) == 1  # nothing written for the nameless one
@@ -173,35 +175,40 @@ def test_a_child_below_v4_is_a_failed_item_and_the_others_are_copied(
     good.publish(root)
     write_spec_as(old, root, 3)
 
-    with pytest.raises(Partial) as caught:
-        lib_fork(root, PARENT, dry_run=True)
-    assert (
-        caught.value.message == "dry run: the subagent copy would be partial: 1 of 2 items failed"
-    )
+    planned = lib_fork(root, PARENT, dry_run=True).partial()
+    assert planned is not None and planned.next_command is None
+    assert planned.message == "dry run: the subagent copy would be partial: 1 of 2 items failed"
     assert not Root(root).exists("child")
 
-    with pytest.raises(Partial) as caught:
-        lib_fork(root, PARENT)
+    forked = lib_fork(root, PARENT)
+    partial = forked.partial()
 
-    assert caught.value.failed == [
+    assert isinstance(partial, Partial)
+    assert partial.failed == [
         {
             "id": "session-old",
             "code": "UNSUPPORTED_FORMAT",
-            "message": caught.value.failed[0]["message"],
+            "message": partial.failed[0]["message"],
         }
     ]
-    assert "open the session once in DSH" in caught.value.failed[0]["message"]
-    result = caught.value.result
+    assert "open the session once in DSH" in partial.failed[0]["message"]
+    assert partial.next_command == "dsh-fork relink child"
+    result = forked.to_json()
     assert [item["source"] for item in result["agents"]["copied"]] == ["session-good"]
     assert result["child"]["inheritedEvents"] == 12
     assert Root(root).exists("child")
 
+    # The partial fork prints in full (the child's id and path), then what failed and the
+    # command that finishes the work.
     shown = run_cli("--root", root, "fork", PARENT, "--id", "again", env={"DSH_HOME": ""})
     assert shown.exit_code == 10
-    assert shown.stdout == ""
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"Forked {PARENT} at seq 11 into again"
+    assert lines[1] == f"  path: {Root(root).find('again') / CURRENT_NAME}"
     assert shown.stderr.splitlines() == [
         f"Error: forked {PARENT} into again, but the subagent copy is partial: 1 of 2 items failed",
-        f"  failed: session-old: {caught.value.failed[0]['message']}",
+        f"  failed: session-old (UNSUPPORTED_FORMAT): {partial.failed[0]['message']}",
+        "Next: run `dsh-fork relink again`",
     ]
 
 

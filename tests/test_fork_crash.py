@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from typing import IO, Any
 
+import cli_launcher
 import orjson
 import pytest
 from conftest import log_lines
@@ -147,14 +148,14 @@ def test_an_io_error_is_reported_without_a_traceback(root: Path, clock: Clock) -
 
     env = {**os.environ, faults.ENV_VAR: f"enospc:{write_step}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "dsh_fork", "--root", str(root), "fork", SRC, "--id", "child"],
+        cli_launcher.argv("--root", str(root), "fork", SRC, "--id", "child"),
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
 
-    assert proc.returncode == 1
+    assert proc.returncode == 11
     assert proc.stderr.startswith(f"Error: cannot write {root / PROJECT / 'child'}/")
     assert proc.stderr.endswith(".dsh-fork.tmp: No space left on device\n")
     assert len(proc.stderr.splitlines()) == 1
@@ -168,7 +169,7 @@ def test_a_killed_process_leaves_no_child_and_a_rerun_succeeds(root: Path, clock
     link_step = [kind for kind, _ in steps].index("link")  # the step before link: fsync
 
     env = {**os.environ, faults.ENV_VAR: f"kill:{link_step}"}
-    argv = [sys.executable, "-m", "dsh_fork", "--root", str(root), "fork", SRC, "--id", "child"]
+    argv = cli_launcher.argv("--root", str(root), "fork", SRC, "--id", "child")
     proc = subprocess.run([*argv, "--no-agents"], env=env, capture_output=True, check=False)
 
     assert proc.returncode == -9

@@ -43,6 +43,7 @@ def test_sample_fork_child_shows_cut_parent_and_boundaries(samples_root: Path) -
         "parentExists": True,
         "markers": [31],
         "lastInheritedTime": 1767600054086,
+        "lastInheritedTimeIso": "2026-01-05T08:00:54.086Z",
     }
     assert report["events"]["total"] == 32
     assert report["turns"] == {"completed": 2, "open": None}
@@ -99,7 +100,7 @@ def test_events_one_line_per_event(samples_root: Path) -> None:
     assert result.exit_code == 0
     listing = result.stdout.split("Event list\n", 1)[1].splitlines()
     assert len(listing) == 32
-    assert listing[0].split() == ["0", "2026-01-05T08:00:00.844+00:00", "turn/start", "turn", "1"]
+    assert listing[0].split() == ["0", "2026-01-05T08:00:00.844Z", "turn/start", "turn", "1"]
     assert listing[11].endswith("turn/end                      turn 1 completed")
     assert listing[31].endswith("session/end-seed              inherited (fork cut)")
     assert listing[18].endswith(
@@ -372,17 +373,19 @@ def test_stale_generation_warns_on_stderr(root: Path, clock: Clock) -> None:
 
 
 def test_missing_session_is_3(root: Path) -> None:
+    root.mkdir(parents=True)
     result = run_cli("--root", root, "inspect", "session-nope")
     assert result.exit_code == 3
     assert result.stderr == f"Error: no session 'session-nope' in {root}\n"
     result = run_cli("--root", root, "inspect", "session-nope", "--json")
     assert result.exit_code == 3
     assert result.json() == {
+        "schemaVersion": 1,
         "error": {
             "code": "SESSION_NOT_FOUND",
             "message": f"no session 'session-nope' in {root}",
             "session": "session-nope",
-        }
+        },
     }
 
 
@@ -462,7 +465,7 @@ def test_version_mismatch_is_9(root: Path) -> None:
 def test_help_has_an_example(flag: str) -> None:
     result = run_cli("inspect", flag)
     assert result.exit_code == 0
-    assert "Example: dsh-fork inspect" in result.stdout
+    assert "  dsh-fork inspect " in result.stdout
 
 
 def test_older_and_plain_generations_are_read(root: Path, clock: Clock) -> None:

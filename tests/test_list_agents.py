@@ -11,6 +11,7 @@ from relinkkit import CWD, fork_of, legacy_copy, subagent
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
+from dsh_fork.times import iso_ms
 
 ROW_KEYS = [
     "id",
@@ -19,6 +20,7 @@ ROW_KEYS = [
     "provider",
     "model",
     "createdAt",
+    "createdAtIso",
     "turns",
     "status",
     "onDisk",
@@ -33,6 +35,7 @@ def listed(root: Path, session: str, *extra: str) -> dict[str, Any]:
     result = run_cli("list-agents", session, "--root", root, "--json", *extra)
     assert result.exit_code == 0, result.stderr
     data: dict[str, Any] = result.json()
+    assert data.pop("schemaVersion") == 1
     return data
 
 
@@ -115,6 +118,7 @@ def test_both_views_side_by_side_with_their_differences(
         "provider": "fixture",
         "model": "fixture-1",
         "createdAt": idle["createdAt"],
+        "createdAtIso": iso_ms(idle["createdAt"]),
         "turns": 2,
         "status": "idle",
         "onDisk": True,
@@ -319,4 +323,4 @@ def test_a_session_without_agents(root: Path, clock: Clock) -> None:
 
 def test_help_shows_an_example() -> None:
     result = run_cli("list-agents", "--help")
-    assert result.exit_code == 0 and "Example: dsh-fork list-agents" in result.stdout
+    assert result.exit_code == 0 and "  dsh-fork list-agents " in result.stdout

@@ -21,13 +21,13 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cli_launcher
 import orjson
 import pytest
 from conftest import log_lines, run_cli, tree_digest
@@ -341,7 +341,7 @@ def test_an_io_error_at_any_step_is_one_line_with_its_code_and_nothing_half_writ
         if kind == "unlink":  # a linked temp that cannot be removed is no failure
             assert result.exit_code == 0, f"{what}: {result.stderr}"
         else:
-            assert result.exit_code in (1, 10), f"{what}: {result.exit_code} {result.stderr}"
+            assert result.exit_code in (11, 10), f"{what}: {result.exit_code} {result.stderr}"
             errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
             assert len(errors) == 1, f"{what}: {result.stderr}"
             assert "Traceback" not in result.stderr and "internal error" not in result.stderr
@@ -378,7 +378,7 @@ def test_an_io_error_with_json_is_one_document(pristine: Pristine, tmp_path: Pat
     )
     faults.load_from_env()
     error = result.json()["error"]
-    if result.exit_code == 1:
+    if result.exit_code == 11:
         assert error["code"] == "IO_ERROR"
         assert error["message"].endswith(": No space left on device")
         assert Path(error["path"]).name.endswith(".dsh-fork.tmp")
@@ -396,7 +396,7 @@ def _env() -> dict[str, str]:
 
 
 def _cli(root: Path, pristine: Pristine) -> list[str]:
-    return [sys.executable, "-m", "dsh_fork", *pristine.scenario.argv(root)]
+    return cli_launcher.argv(*pristine.scenario.argv(root))
 
 
 KILL_RUNS = 60 if DEEP else 6

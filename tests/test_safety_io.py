@@ -1,6 +1,6 @@
 """The environment failing (issue 5, guarantee 2), and the source guard itself (guarantee 6).
 
-I/O errors are IO_ERROR (exit 1) with one line naming the path, never INTERNAL; a session
+I/O errors are IO_ERROR (exit 11) with one line naming the path, never INTERNAL; a session
 whose canonical name was linked is published, whatever fails after; an unreadable dir is a
 doctor finding. The guard that ``run_cli`` wraps around every command of the suite is shown
 to catch each kind of damage it is there for.
@@ -74,7 +74,7 @@ def test_a_failing_write_is_io_error_naming_the_path(
     as_json = run_cli("--root", tree, *argv, "--json", env={faults.ENV_VAR: f"{action}:{k}"})
     faults.load_from_env()
 
-    assert result.exit_code == 1
+    assert result.exit_code == 11
     assert result.stderr.startswith(f"Error: cannot write {child}/session.v4.jsonl.zstd.")
     assert result.stderr.endswith(f".dsh-fork.tmp: {reason}\n")
     error = as_json.json()["error"]
@@ -94,7 +94,7 @@ def test_a_failing_dir_fsync_after_the_link_says_the_session_was_published(
     faults.load_from_env()
 
     final = tree / PROJECT / "child" / CURRENT_NAME
-    assert result.exit_code == 1
+    assert result.exit_code == 11
     assert result.stderr == (
         f"Error: published {final}, but syncing its directory failed (Input/output error): "
         "the session exists and may not survive a system crash\n"
@@ -126,7 +126,7 @@ def test_io_error_is_an_oserror_with_its_errno() -> None:
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
     assert (error.code, error.exit_code, error.message) == (
         "IO_ERROR",
-        1,
+        11,
         "cannot write /r/x: No space left on device",
     )
     assert error.to_json() == {"code": "IO_ERROR", "message": error.message, "path": "/r/x"}
@@ -164,10 +164,10 @@ def test_an_unreadable_session_dir_is_a_doctor_finding(tree: Path, unlistable: s
     inspected = run_cli("--root", tree, "inspect", "a-child-02")
 
     assert doctored.exit_code == 10
-    found = [f for f in doctored.json()["error"]["result"]["findings"] if f["code"] == "UNREADABLE"]
+    found = [f for f in doctored.json()["findings"] if f["code"] == "UNREADABLE"]
     assert [(f["severity"], f["path"]) for f in found] == [("error", str(hidden))]
     assert "Permission denied" in found[0]["message"]
-    assert inspected.exit_code in (1, 3)
+    assert inspected.exit_code in (3, 11)
     assert "internal error" not in inspected.stderr and "Traceback" not in inspected.stderr
 
 
@@ -177,7 +177,7 @@ def test_an_unreadable_project_dir_is_a_doctor_finding(tree: Path, unlistable: s
     doctored = run_cli("--root", tree, "doctor", "--json")
 
     assert doctored.exit_code == 10
-    codes = [f["code"] for f in doctored.json()["error"]["result"]["findings"]]
+    codes = [f["code"] for f in doctored.json()["findings"]]
     assert "UNREADABLE" in codes
 
 

@@ -59,7 +59,7 @@ def test_relink_of_a_locked_fork_child_writes_nothing(root: Path, hold_lock: Any
 
     assert result.exit_code == 6
     assert result.stderr == (
-        "Error: session-C is in use: its session.lock is held by a live process\n"
+        "Error: session-C is in use: its session.lock is held by a live process; rerun later\n"
     )
     assert as_json.json()["error"]["code"] == "SESSION_LOCKED"
     assert as_json.json()["error"]["lockPath"] == str(

@@ -264,7 +264,7 @@ def test_a_failing_publish_step_cleans_up_and_releases(tmp_path: Path, action: s
             continue
         with faults.install(action, k), pytest.raises(IoError) as caught:
             publish(new_dir(run_root), header_line(), body_with(2), keep_lock=False)
-        assert caught.value.exit_code == 1 and caught.value.code == "IO_ERROR"
+        assert caught.value.exit_code == 11 and caught.value.code == "IO_ERROR"
         published = assert_no_half_session(session_dir, 2)
         # A failure after the link (the dir fsync) cannot undo the publication; it says so.
         assert published == (k > link_step), k

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from . import doctor, fixture, fork, inspect, list_agents, relink  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    doctor,
+    fixture,
+    fork,
+    inspect,
+    list_agents,
+    list_sessions,
+    relink,
+)
 from .base import app
 from .diff import diff_command  # noqa: F401  (registration)
 from .du import du_command  # noqa: F401  (registration)

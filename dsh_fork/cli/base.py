@@ -1,45 +1,151 @@
 """The typer app, shared options, output and the mapping of typed errors to exit codes.
 
-Commands stay a few lines each: parse, call one library function, render, and let
-``run`` turn a typed error into its contract exit code and one clear line.
+Commands stay a few lines each: parse, call one porcelain function, render the typed result
+by attribute, and let ``run`` turn a typed error into its contract exit code and one clear
+line. ``Group.main`` catches what happens outside a command: the argument parser's errors
+(JSON under ``--json`` too), a reader that closed stdout early, and Ctrl-C.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 import typer
+from typer.core import TyperGroup
+
+try:  # typer 0.28 carries its own copy of click; earlier releases use the package
+    from typer import _click as click
+except ImportError:  # pragma: no cover
+    import click  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from .. import __version__, faults
 from ..display import safe_text
-from ..errors import DshForkError, InternalError, IoError, Partial
+from ..errors import (
+    BROKEN_PIPE_EXIT,
+    EXIT_CODES,
+    INTERRUPTED_EXIT,
+    DshForkError,
+    InternalError,
+    IoError,
+    Partial,
+    UsageError,
+)
+from ..results import Result, document, error_document
+from ..times import iso_ms
 
 T = TypeVar("T")
 
+
+def _exit_table() -> str:
+    width = max(len(code) for _, code, _ in EXIT_CODES)
+    lines = [f"  {exit:>3}  {code.ljust(width)}  {meaning}" for exit, code, meaning in EXIT_CODES]
+    return "\n".join(lines)
+
+
+HELP = f"""Offline fork, subagent relink and inspection of DSH session logs.
+
+The sessions root is --root, else $DSH_HOME/sessions (DSH_HOME defaults to ~/.dsh). A
+SESSION is a session id, a unique prefix of one, a session dir, or a log file inside one.
+With --json every command prints exactly one JSON document on stdout (schemas/ in the
+source tree describes each; an error is {{"error": {{"code": ..., "message": ...}}}}).
+
+\b
+Exit codes:
+{_exit_table()}
+
+The README's glossary explains the terms the commands use (cut, end-seed marker, own-range
+catalog, path binding, copy, ...)."""
+
+
+class Group(TyperGroup):
+    """The command group, ending every run itself (see ``main``)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command; parser errors become the contract's USAGE (one JSON document
+        under ``--json``), a closed stdout a quiet exit 141, Ctrl-C exit 130."""
+        argv = list(sys.argv[1:] if args is None else args)
+        json_mode = "--json" in argv
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            _flush()
+        except click.exceptions.ClickException as exc:
+            code = _usage(exc, json_mode)
+        except typer.Abort:
+            sys.stderr.write("Error: interrupted\n")
+            code = INTERRUPTED_EXIT
+        except BrokenPipeError:
+            code = _broken_pipe()
+        except SystemExit:  # typer's own EPIPE handling ends with sys.exit(1)
+            if not isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+                raise
+            code = _broken_pipe()
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            code = _broken_pipe()
+        code = code if isinstance(code, int) else 0
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+def _flush() -> None:
+    sys.stdout.flush()
+
+
+def _usage(exc: click.exceptions.ClickException, json_mode: bool) -> int:
+    """A parser error: click's own text (with the usage line), or the USAGE JSON document."""
+    no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
+    if isinstance(exc, no_args) or not json_mode:
+        exc.show()
+        return int(exc.exit_code)
+    error = UsageError(exc.format_message())
+    _write_json(error_document(error))
+    return error.exit_code
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``| head -1``): stop quietly, as Unix tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real file (an in-process test runner)
+        pass
+    return BROKEN_PIPE_EXIT
+
+
 app = typer.Typer(
     name="dsh-fork",
-    help=(
-        "Offline fork, subagent relink and inspection of DSH session logs.\n\n"
-        "The sessions root is --root, else $DSH_HOME/sessions (DSH_HOME defaults to ~/.dsh)."
-    ),
+    cls=Group,
+    help=HELP,
     no_args_is_help=True,
     add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
 ROOT_HELP = "Sessions root (default: $DSH_HOME/sessions, DSH_HOME defaults to ~/.dsh)."
-JSON_HELP = "Print exactly one JSON document on stdout."
+JSON_HELP = "Print exactly one JSON document on stdout (errors too)."
 
 
 class State:
     root: str | None = None
+    quiet: bool = False
+    verbose: bool = False
 
 
 state = State()
@@ -54,12 +160,25 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    quiet: bool = typer.Option(
+        False, "-q", "--quiet", help="Print only errors (the exit code tells the outcome)."
+    ),
+    verbose: bool = typer.Option(
+        False, "-v", "--verbose", help="Also print the root, the operation log and error details."
+    ),
     version: bool = typer.Option(
-        False, "--version", help="Show the version and exit.", callback=_version, is_eager=True
+        False,
+        "-V",
+        "--version",
+        help="Show the version and exit.",
+        callback=_version,
+        is_eager=True,
     ),
 ) -> None:
     state.root = root
-    faults.load_from_env()
+    state.quiet = quiet
+    state.verbose = verbose and not quiet
+    faults.load_from_env()  # a no-op outside the test suite (faults.enable_env)
 
 
 def root_of(command_root: str | None) -> str | None:
@@ -67,11 +186,43 @@ def root_of(command_root: str | None) -> str | None:
     return command_root if command_root is not None else state.root
 
 
+def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a SESSION: the ids of the root whose names start with the text."""
+    from ..layout import resolve_root
+    from ..lookup import session_ids
+
+    root = ctx.params.get("root")
+    parent = ctx.parent
+    while root is None and parent is not None:
+        root = parent.params.get("root")
+        parent = parent.parent
+    try:
+        ids = session_ids(resolve_root(root))
+        return sorted(i for i in ids if i.startswith(incomplete))
+    except (OSError, ValueError):
+        return []
+
+
+def session_argument(help_text: str, metavar: str = "SESSION") -> Any:
+    """The SESSION argument every command takes, with id completion."""
+    return typer.Argument(..., metavar=metavar, help=help_text, autocompletion=complete_session)
+
+
+SESSION_HELP = "Session id (or a unique prefix of one), session dir, or log file."
+
+KEEP_WHOLE = frozenset(
+    {"id", "path", "session", "fork child", "source", "copy", "parent", "where", "childId"}
+)
+"""Table columns a user copies from: never cut or wrapped; the other columns wrap instead."""
+
+
 class Out:
     """stdout for results (rich only on a terminal), stderr for warnings and errors."""
 
     def __init__(self, json_mode: bool) -> None:
         self.json_mode = json_mode
+        self.quiet = state.quiet
+        self.verbose = state.verbose
         self.tty = sys.stdout.isatty()
         self.color = self.tty and not os.environ.get("NO_COLOR")
         self._console: Any = None
@@ -89,31 +240,38 @@ class Out:
         return self.tty and not self.json_mode
 
     def json(self, value: Any) -> None:
-        try:
-            data = orjson.dumps(value, option=orjson.OPT_INDENT_2)
-        except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
-            data = json.dumps(value, indent=2, ensure_ascii=True).encode()
-        sys.stdout.buffer.write(data + b"\n")
-        sys.stdout.flush()
+        _write_json(value)
 
     def line(self, text: str = "") -> None:
         text = printable(text)
         if self.rich:
-            self.console.print(text, markup=False)
+            self.console.print(text, markup=False, overflow="fold")
         else:
             sys.stdout.write(text + "\n")
 
     def table(
         self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]
     ) -> None:
-        """A rich table on a terminal, aligned plain columns otherwise."""
+        """A rich table on a terminal, aligned plain columns otherwise. Ids and paths are
+        shown whole (``KEEP_WHOLE``); at 80 columns the other columns wrap."""
         cells = [["-" if c is None else printable(str(c)) for c in row] for row in rows]
         if self.rich:
             from rich.table import Table
 
+            natural = sum(
+                max([len(column), *(len(row[i]) for row in cells if i < len(row))]) + 3
+                for i, column in enumerate(columns)
+            )
+            if natural > self.console.width:  # a narrow terminal: one block per row
+                self._records(title, columns, cells)
+                return
             table = Table(title=title, title_justify="left")
-            for column in columns:
-                table.add_column(column)
+            for i, column in enumerate(columns):
+                if column in KEEP_WHOLE:
+                    widest = max((len(row[i]) for row in cells if i < len(row)), default=0)
+                    table.add_column(column, no_wrap=True, min_width=max(widest, len(column)))
+                else:
+                    table.add_column(column, overflow="fold")
             for row in cells:
                 table.add_row(*row)
             self.console.print(table)
@@ -127,9 +285,49 @@ class Out:
             line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False))
             sys.stdout.write(line.rstrip() + "\n")
 
-    @staticmethod
-    def warn(message: str) -> None:
-        sys.stderr.write(f"Warning: {printable(message)}\n")
+    def _records(self, title: str | None, columns: Sequence[str], cells: list[list[str]]) -> None:
+        """Rows too wide for the terminal: the id or path column whole on its own line (to
+        copy), then ``column: value`` pairs, packed into lines that break between pairs."""
+        from rich.text import Text
+
+        if title:
+            self.console.print(Text(title, style="bold"))
+        key = next((i for i, c in enumerate(columns) if c in KEEP_WHOLE), 0)
+        width = max(self.console.width - 2, 20)
+        for row in cells:
+            self.console.print(Text(row[key], style="bold"), overflow="fold")
+            pairs = [
+                f"{column}: {value}"
+                for i, (column, value) in enumerate(zip(columns, row, strict=False))
+                if i != key and value != "-"
+            ]
+            line = ""
+            for pair in pairs:
+                if line and len(line) + 3 + len(pair) > width:
+                    self.console.print(Text("  " + line), overflow="fold")
+                    line = pair
+                else:
+                    line = f"{line} · {pair}" if line else pair
+            if line:
+                self.console.print(Text("  " + line), overflow="fold")
+
+    def warn(self, message: str) -> None:
+        if not self.quiet:
+            sys.stderr.write(f"Warning: {printable(message)}\n")
+
+    def info(self, message: str) -> None:
+        """A ``-v`` line on stderr."""
+        if self.verbose:
+            sys.stderr.write(f"{printable(message)}\n")
+
+
+def _write_json(value: Any) -> None:
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
+        data = json.dumps(value, indent=2, ensure_ascii=True).encode()
+    sys.stdout.buffer.write(data + b"\n")
+    sys.stdout.flush()
 
 
 def printable(text: str) -> str:
@@ -138,33 +336,71 @@ def printable(text: str) -> str:
     return safe_text(text)
 
 
+RERUN_LATER = "; rerun later"
+"""Appended to a SESSION_LOCKED line: the lock is DSH's, the same command works once freed."""
+
+
+def failure_line(item: dict[str, Any]) -> str:
+    """One failed item: its id once, its code, its message (locked items: rerun later)."""
+    item_id = str(item.get("id"))
+    code = item.get("code")
+    message = str(item.get("message"))
+    for prefix in (f"{item_id}: ", f"{item_id} "):
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+            break
+    text = f"failed: {item_id} ({code}): {message}"
+    if code == "SESSION_LOCKED":
+        text += RERUN_LATER
+    return text
+
+
 def fail(out: Out, error: DshForkError) -> NoReturn:
     """One line on stderr (or the JSON error object on stdout) and the contract exit code."""
     if out.json_mode:
-        out.json({"error": error.to_json()})
+        out.json(error_document(error))
     else:
-        sys.stderr.write(f"Error: {printable(error.message)}\n")
-        if isinstance(error, Partial):
-            for item in error.failed:
-                line = f"  failed: {item.get('id')}: {item.get('message')}"
-                sys.stderr.write(printable(line) + "\n")
+        _error_lines(out, error)
     raise typer.Exit(error.exit_code)
 
 
-def run(out: Out, action: Callable[[], T]) -> T:
+def _error_lines(out: Out, error: DshForkError) -> None:
+    later = RERUN_LATER if error.code == "SESSION_LOCKED" else ""
+    sys.stderr.write(f"Error: {printable(error.message)}{later}\n")
+    if isinstance(error, Partial):
+        for item in error.failed:
+            sys.stderr.write("  " + printable(failure_line(item)) + "\n")
+        if error.next_command is not None:
+            sys.stderr.write(f"Next: run `{printable(error.next_command)}`\n")
+    if out.verbose:
+        for key, value in error.details.items():
+            sys.stderr.write(f"  {key}: {printable(str(value))}\n")
+
+
+def run(
+    out: Out,
+    action: Callable[[], T],
+    *,
+    where: object | None = None,
+    interrupted: Callable[[], str] | None = None,
+) -> T:
     """Call the library; typed errors become exit codes, an OSError that escaped the library
-    IO_ERROR, anything else INTERNAL (both exit 1)."""
+    IO_ERROR (exit 11, naming ``where`` when the OSError names no file), anything else
+    INTERNAL (exit 1). Ctrl-C exits 130 with ``interrupted()``'s done/remaining summary."""
     try:
         return action()
     except DshForkError as error:
         fail(out, error)
     except KeyboardInterrupt:
-        sys.stderr.write("Error: interrupted\n")
-        raise typer.Exit(130) from None
+        message = "interrupted" if interrupted is None else interrupted()
+        sys.stderr.write(f"Error: {message}\n")
+        raise typer.Exit(INTERRUPTED_EXIT) from None
     except typer.Exit:
         raise
+    except BrokenPipeError:
+        raise
     except OSError as exc:  # the environment (permissions, a vanished file), not a bug
-        fail(out, IoError.of(exc, "access"))
+        fail(out, IoError.of(exc, "access", where=where))
     except MemoryError:
         fail(out, IoError("out of memory: the input needs more than this process may use"))
     except Exception as exc:  # a bug: one line, no traceback, unless debugging
@@ -173,37 +409,38 @@ def run(out: Out, action: Callable[[], T]) -> T:
         fail(out, InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 
 
-class Reportable(Protocol):
-    def to_json(self) -> Any: ...
+R = TypeVar("R", bound=Result)
 
 
-R = TypeVar("R", bound=Reportable)
-
-
-def emit(
-    out: Out,
-    result: R,
-    render: Callable[[Out, R], None],
-    *,
-    warnings: Iterable[str] = (),
-    partial: DshForkError | None = None,
-) -> None:
-    """Warnings on stderr, then the result (rendered, or one JSON document), then the PARTIAL
-    exit when items failed: with ``--json`` the error object carries the result instead."""
-    for warning in warnings:
+def emit(out: Out, result: R, render: Callable[[Out, R], None]) -> None:
+    """Warnings on stderr, then the result in full (rendered, or one JSON document), then the
+    PARTIAL exit when items failed: under ``--json`` the document carries the error beside the
+    result, so every field has one JSON path whether or not the run was partial."""
+    for warning in result.warnings:
         out.warn(warning)
-    if not out.json_mode:
+    partial = result.partial()
+    if out.json_mode:
+        out.json(document(result, partial))
+    elif not out.quiet:
         render(out, result)
-    elif partial is None:
-        out.json(result.to_json())
     if partial is not None:
-        fail(out, partial)
+        if not out.json_mode:
+            _error_lines(out, partial)
+        raise typer.Exit(partial.exit_code)
 
 
 def iso(ms: int | None) -> str:
     """Epoch ms as ISO-8601 UTC for human output."""
+    return iso_ms(ms) or "-"
+
+
+def when(ms: object) -> str:
+    """Epoch ms and its ISO-8601 UTC form, as human output shows a stored time (a value that
+    is no time is shown as it is)."""
     if ms is None:
         return "-"
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    if isinstance(ms, int) and not isinstance(ms, bool):
+        text = iso_ms(ms)
+        if text is not None:
+            return f"{text} ({ms})"
+    return str(ms)

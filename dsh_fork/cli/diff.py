@@ -76,7 +76,7 @@ def _render(out: Out, result: DiffResult) -> None:
     _agents(out, "B", result.b)
 
 
-@app.command("diff")
+@app.command("diff", short_help="Where two sessions part, and what each did after (read-only).")
 def diff_command(
     a: str = typer.Argument(..., metavar="A", help="Session id, dir or log file."),
     b: str = typer.Argument(..., metavar="B", help="Session id, dir or log file."),
@@ -93,4 +93,4 @@ def diff_command(
 
     out = Out(json_mode)
     result = run(out, lambda: diff_args(a, b, root_of(root)))
-    emit(out, result, _render, warnings=result.warnings)
+    emit(out, result, _render)

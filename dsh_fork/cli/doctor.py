@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..doctor import DoctorReport
@@ -43,22 +43,34 @@ def render(out: Out, report: DoctorReport) -> None:
         out.line("No findings.")
 
 
-@app.command(name="doctor")
+@app.command(
+    name="doctor",
+    short_help="Check a sessions root read-only: root rules, logs, lineage and catalogs.",
+)
 def doctor_command(
     sessions: list[str] | None = typer.Argument(
-        None, metavar="[SESSION ...]", help="Check only these sessions (root rules always)."
+        None,
+        metavar="[SESSION ...]",
+        help="Check only these sessions (root rules always).",
+        autocompletion=complete_session,
     ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
     """Check a sessions root read-only: root rules, every session's log, lineage and catalog.
 
-    Exits 0 without error findings, 10 when any error finding exists.
+    Exits 0 without error findings, 10 when any error finding exists (the findings are
+    printed in full either way; with --json they are at .findings both times).
 
-    Example: dsh-fork --root ~/.dsh/sessions doctor --json
+    \b
+    Examples:
+      dsh-fork --root ~/.dsh/sessions doctor
+      dsh-fork doctor session-68a2dc34 --json
     """
-    from ..doctor import doctor_arg
+    from .. import porcelain
 
     out = Out(json_mode)
-    report = run(out, lambda: doctor_arg(root_of(root), sessions or None))
-    emit(out, report, render, partial=report.partial() if report.errors else None)
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    report = run(out, lambda: porcelain.doctor(ctx, sessions or None), where=ctx.root)
+    emit(out, report, render)

@@ -56,7 +56,7 @@ def _render(out: Out, usage: DiskUsage) -> None:
     out.table(f"Sessions{more}", columns, rows)
 
 
-@app.command("du")
+@app.command("du", short_help="Bytes on disk per session and family: inherited and own bytes.")
 def du_command(
     session: str | None = typer.Argument(
         None, metavar="[SESSION]", help="Measure only the family of this session."
@@ -76,4 +76,4 @@ def du_command(
 
     out = Out(json_mode)
     usage = run(out, lambda: disk_usage_arg(session, root_of(root), top=top))
-    emit(out, usage, _render, warnings=usage.warnings)
+    emit(out, usage, _render)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, Out, app, run
+from .base import JSON_HELP, Out, app, emit, run
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..fixtures import FixtureSummary
 
 PROGRESS_EVERY = 1000
 """A progress line on stderr after every this many sessions (large roots only)."""
@@ -19,7 +23,10 @@ def _progress(done: int, total: int) -> None:
         sys.stderr.flush()
 
 
-@app.command()
+@app.command(
+    "fixture",
+    short_help="Write a deterministic, valid sessions root for tests and demos.",
+)
 def fixture(
     out_root: Path = typer.Argument(..., metavar="OUT_ROOT", help="New sessions root to write."),
     sessions: int = typer.Option(1, "--sessions", min=0, help="Top-level sessions."),
@@ -53,14 +60,16 @@ def fixture(
 ) -> None:
     """Write a deterministic, valid sessions root for tests and demos.
 
-    Example: dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2 --forks 1
+    \b
+    Example:
+      dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2 --forks 1
     """
-    from ..fixtures import generate
+    from .. import porcelain
 
     out = Out(json_mode=json_mode)
     summary = run(
         out,
-        lambda: generate(
+        lambda: porcelain.fixture(
             out_root,
             sessions=sessions,
             agents=agents,
@@ -77,10 +86,12 @@ def fixture(
             old_generation=old_generation,
             progress=_progress,
         ),
+        where=out_root,
     )
-    if json_mode:
-        out.json(summary.to_json())
-        return
+    emit(out, summary, _render)
+
+
+def _render(out: Out, summary: FixtureSummary) -> None:
     per_depth = ", ".join(f"depth {d}: {n}" for d, n in sorted(summary.per_depth.items()))
     originals = sum(summary.per_depth.values())
     if summary.sessions != originals:  # forks, legacy forks and their copies

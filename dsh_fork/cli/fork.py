@@ -6,16 +6,31 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, fail, iso, root_of, run
+from ..errors import UsageError
+from .base import (
+    JSON_HELP,
+    ROOT_HELP,
+    Out,
+    app,
+    emit,
+    fail,
+    root_of,
+    run,
+    session_argument,
+    when,
+)
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fork import ForkResult
 
 
-@app.command("fork")
+@app.command(
+    "fork",
+    short_help="Fork a session at a turn boundary into a new seeded session.",
+)
 def fork_command(
-    source: str = typer.Argument(
-        ..., metavar="SOURCE", help="Session id, session dir, or a log file inside one."
+    source: str = session_argument(
+        "Session id (or a unique prefix), session dir, or a log file inside one.", "SOURCE"
     ),
     at: int | None = typer.Option(
         None,
@@ -31,7 +46,10 @@ def fork_command(
         "completed turn). Not with --at.",
     ),
     child_id: str | None = typer.Option(
-        None, "--id", metavar="CHILD_ID", help="Id of the child (default: session-<uuid4>)."
+        None,
+        "--id",
+        metavar="CHILD_ID",
+        help="Id of the child (default: session-<uuid4>); no control characters.",
     ),
     no_agents: bool = typer.Option(
         False, "--no-agents", help="Do not copy the source's subagent tree under the child."
@@ -44,41 +62,40 @@ def fork_command(
 ) -> None:
     """Fork SOURCE into a new session holding its events 0..SEQ (the source is only read).
 
-    Example: dsh-fork fork session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --at 41 --id my-branch
+    The child (a "fork child") names SOURCE as its parentSession and ends with an end-seed
+    marker: a session/end-seed event tagged inherited, whose seq is the child's cut (the
+    number of events it inherited). Frames wholly before SEQ are copied verbatim; the one
+    frame holding SEQ is re-encoded (its lines are kept byte for byte). Unless --no-agents,
+    the source's subagents are copied under the child as with relink.
+
+    \b
+    Examples:
+      dsh-fork fork session-68a2dc34 --at 41 --id my-branch
+      dsh-fork fork session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --dry-run --json
     """
-    from ..errors import UsageError
-    from ..fork import fork_session
-    from ..turns import fork_at_turn
+    from .. import porcelain
+    from ..ids import new_id_problem
 
     out = Out(json_out)
-    if at is not None and turn is not None:
-        fail(out, UsageError("give either --at SEQ or --turn N, not both"))
-    if turn is not None:
-        chosen = turn
-        result = run(
-            out,
-            lambda: fork_at_turn(
-                source,
-                root_of(root),
-                turn=chosen,
-                child_id=child_id,
-                agents=not no_agents,
-                dry_run=dry_run,
-            ),
-        )
-    else:
-        result = run(
-            out,
-            lambda: fork_session(
-                source,
-                root_of(root),
-                at=at,
-                child_id=child_id,
-                agents=not no_agents,
-                dry_run=dry_run,
-            ),
-        )
-    emit(out, result, _render, warnings=result.warnings)
+    problem = None if child_id is None else new_id_problem(child_id)
+    if problem is not None:  # a typed id must print as one line: no controls, valid UTF-8
+        fail(out, UsageError(problem))
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
+    result = run(
+        out,
+        lambda: porcelain.fork(
+            ctx,
+            source,
+            at=at,
+            turn=turn,
+            child_id=child_id,
+            agents=not no_agents,
+            dry_run=dry_run,
+        ),
+        where=ctx.root,
+    )
+    emit(out, result, _render)
 
 
 def _render(out: Out, result: ForkResult) -> None:
@@ -97,11 +114,11 @@ def _render(out: Out, result: ForkResult) -> None:
         ("agent preset", result.agent_preset),
     ]
     if result.created_at is not None:
-        rows.append(("created", f"{result.created_at} ({iso(result.created_at)})"))
+        rows.append(("created", when(result.created_at)))
     rows.append(("agents", _agents_line(result)))
     if result.agents is not None:
         verb = "would copy" if result.dry_run else "copied"
-        for item in result.agents.to_json().get("copied", []):
+        for item in result.agents.copied:
             copy = f" as {item['copy']}" if item.get("copy") else ""
             rows.append(("", f"{verb} {item.get('source')}{copy} (depth {item.get('depth')})"))
     if out.rich:
@@ -130,10 +147,13 @@ def _rich(out: Out, title: str, rows: list[tuple[str, Any]]) -> None:
 def _agents_line(result: ForkResult) -> str:
     if result.agents is None:
         return "not copied (--no-agents)"
-    summary = result.agents.to_json()
+    agents = result.agents
     counts = {
-        key: len(summary.get(key) or [])
-        for key in ("copied", "skipped", "unrelated", "uncatalogable", "failed")
+        "copied": len(agents.copied),
+        "skipped": len(agents.skipped),
+        "unrelated": len(agents.unrelated),
+        "uncatalogable": len(agents.uncatalogable),
+        "failed": len(agents.failed),
     }
     verb = "would copy" if result.dry_run else "copied"
     return (

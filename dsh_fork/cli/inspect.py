@@ -8,7 +8,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
+from .base import (
+    JSON_HELP,
+    ROOT_HELP,
+    SESSION_HELP,
+    Out,
+    app,
+    emit,
+    iso,
+    root_of,
+    run,
+    session_argument,
+    when,
+)
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..inspect import InspectReport
@@ -27,6 +39,13 @@ def _shorten(items: Sequence[str]) -> str:
 def _value(value: Any) -> str:
     """Header values as JSON would spell them (true, not True), strings bare."""
     return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _header_value(key: str, value: Any) -> str:
+    """A header field; stored times (``createdAt``) also in ISO-8601 UTC."""
+    if key.endswith("At") and isinstance(value, int) and not isinstance(value, bool):
+        return when(value)
+    return _value(value)
 
 
 def _section(out: Out, title: str, rows: Sequence[tuple[str, Any]]) -> None:
@@ -49,52 +68,58 @@ def _section(out: Out, title: str, rows: Sequence[tuple[str, Any]]) -> None:
     out.line()
 
 
-def _overview(out: Out, report: InspectReport, data: dict[str, Any]) -> None:
-    gen = data["generation"]
+def _overview(out: Out, report: InspectReport) -> None:
+    generation = report.log.generation
     binding = "ok" if report.binding is None else f"MISMATCH: {report.binding}"
-    frames = data["frames"]
+    frames = report.frames
     frame_text = (
         "plain text log (no frames)"
         if frames is None
-        else f"{frames['count']} (header frame ok; {frames['withChecksum']} with checksum, "
-        f"{frames['withoutChecksum']} without); largest: frame {frames['largest']['frame']}, "
-        f"{frames['largest']['bytes']} bytes"
+        else f"{frames.count} (header frame ok; {frames.with_checksum} with checksum, "
+        f"{frames.count - frames.with_checksum} without); largest: frame "
+        f"{frames.largest_index + 1}, {frames.largest_bytes} bytes"
     )
-    torn = data["tornTail"]
+    torn = report.log.torn
     torn_text = (
         "none"
         if torn is None
-        else f"at byte {torn['offset']}, {torn['bytes']} bytes, {torn['completeLines']} complete "
-        f"lines ({torn['recoverableLines']} recoverable)"
+        else f"at byte {torn.offset}, {torn.size} bytes, {len(torn.recovered)} complete "
+        f"lines ({report.recoverable_lines} recoverable)"
     )
     _section(
         out,
         f"Session {report.session_id}",
         [
-            ("path", data["path"]),
-            ("generation", f"v{gen['version']} {gen['file']} ({gen['encoding']})"),
-            ("root encoding", data["rootEncoding"]),
+            ("path", str(report.session_dir)),
+            (
+                "generation",
+                f"v{generation.version} {generation.name} ({generation.encoding})",
+            ),
+            ("root encoding", report.root_encoding),
             ("path binding", binding),
-            ("lock", data["lock"]),
+            ("lock", report.lock),
             ("frames", frame_text),
             ("torn tail", torn_text),
         ],
     )
-    _section(out, "Header", [(key, _value(value)) for key, value in report.header.items()])
+    _section(
+        out, "Header", [(key, _header_value(key, value)) for key, value in report.header.items()]
+    )
 
 
-def _generations(out: Out, report: InspectReport, data: dict[str, Any]) -> None:
+def _generations(out: Out, report: InspectReport) -> None:
+    chosen = report.log.generation
     rows = [
         [
-            ("* " if g["chosen"] else "  ") + g["file"],
-            f"v{g['version']}",
-            g["size"],
-            iso(g["mtime"]),
-            g["events"],
-            g["turnEnds"],
-            g.get("error"),
+            ("* " if g.generation == chosen else "  ") + g.generation.name,
+            f"v{g.generation.version}",
+            g.size,
+            iso(g.mtime_ns // 1_000_000),
+            g.events,
+            g.turn_ends,
+            g.error,
         ]
-        for g in data["generations"]
+        for g in report.generations
     ]
     columns = ["file", "version", "bytes", "mtime", "events", "turn/end", "error"]
     out.table("Generations (* = chosen)", columns, rows)
@@ -109,58 +134,64 @@ def _events(out: Out, report: InspectReport) -> None:
     out.line()
 
 
-def _turns(out: Out, report: InspectReport, data: dict[str, Any]) -> None:
-    facts = report.facts
-    open_turn = data["turns"]["open"]
-    if open_turn is None:
-        open_text = "none"
-    else:
-        open_text = f"turn {open_turn['turn']} (started at seq {open_turn['startSeq']})"
-        if open_turn["openStep"] is not None:
-            open_text += f", open step {open_turn['openStep']}"
-        if open_turn["unresolvedCalls"]:
-            open_text += f", unresolved tool calls: {', '.join(open_turn['unresolvedCalls'])}"
-    ranges = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in report.boundaries()]
-    inheritance = data["inheritance"]
-    parent = inheritance["parentSession"]
-    if parent is not None:
-        parent += " (exists)" if inheritance["parentExists"] else " (missing in this root)"
-    markers = inheritance["markers"]
-    descriptor = data["descriptor"]
+def _open_turn(report: InspectReport) -> str:
+    turn = report.facts.open_turn
+    if turn is None:
+        return "none"
+    text = f"turn {turn.turn} (started at seq {turn.start_seq})"
+    if report.open_step is not None:
+        text += f", open step {report.open_step}"
+    if report.unresolved_calls:
+        text += f", unresolved tool calls: {', '.join(report.unresolved_calls)}"
+    return text
+
+
+def _descriptor(report: InspectReport) -> str:
+    descriptor = report.descriptor_json()
     if descriptor is None:
-        descriptor_text = "none"
-    else:
-        descriptor_text = (
-            f"seq {descriptor['seq']}: v{descriptor['version']} {descriptor['mode']} "
-            f"{descriptor['label']!r}"
-        )
-        if descriptor["inheritedOnly"]:
-            descriptor_text += " (descriptor inherited only)"
-    provider = data["model"]
+        return "none"
+    text = (
+        f"seq {descriptor['seq']}: v{descriptor['version']} {descriptor['mode']} "
+        f"{descriptor['label']!r}"
+    )
+    if descriptor["inheritedOnly"]:
+        text += " (descriptor inherited only)"
+    return text
+
+
+def _turns(out: Out, report: InspectReport) -> None:
+    facts = report.facts
+    header = report.log.header
+    ranges = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in report.boundaries()]
+    parent = header.parent_session
+    if parent is not None:
+        parent += " (exists)" if report.parent_exists else " (missing in this root)"
+    provider, model = facts.provider_model
     _section(
         out,
         "Turns and inheritance",
         [
             ("completed turns", len(facts.turn_ends)),
-            ("open turn", open_text),
+            ("open turn", _open_turn(report)),
             ("fork boundaries", _shorten(ranges)),
             ("turn/end seqs", _shorten([str(s) for s in facts.turn_ends])),
-            ("cut", inheritance["cut"]),
-            ("isSeeded", _value(inheritance["isSeeded"])),
+            ("cut", facts.cut),
+            ("isSeeded", _value(header.is_seeded)),
             ("parentSession", parent),
-            ("tagged markers", ", ".join(map(str, markers)) or "none"),
-            ("last inherited time", iso(inheritance["lastInheritedTime"])),
-            ("descriptor", descriptor_text),
-            ("title", data["title"]),
-            ("preset", data["preset"]),
-            ("model", f"{provider['provider']}/{provider['model']}"),
-            ("inherited pending inbox", len(data["pendingInbox"])),
+            ("tagged markers", ", ".join(map(str, facts.tagged_markers)) or "none"),
+            ("last inherited time", when(report.last_inherited_time)),
+            ("descriptor", _descriptor(report)),
+            ("title", facts.title),
+            ("preset", facts.preset),
+            ("model", f"{provider}/{model}"),
+            ("inherited pending inbox", len(report.pending_inbox())),
         ],
     )
-    catalog = data["catalog"]
+    catalog = report.catalog_json()
     if catalog:
         rows = [
-            [c["seq"], c["childId"], c["mode"], c["label"], c["childCreatedAt"]] for c in catalog
+            [c["seq"], c["childId"], c["mode"], c["label"], when(c["childCreatedAt"])]
+            for c in catalog
         ]
         out.table("Own-range catalog", ["seq", "childId", "mode", "label", "childCreatedAt"], rows)
         out.line()
@@ -200,11 +231,10 @@ def _turn_list(out: Out, report: InspectReport) -> None:
 
 
 def render(out: Out, report: InspectReport) -> None:
-    data = report.to_json(with_events=False)
-    _overview(out, report, data)
-    _generations(out, report, data)
+    _overview(out, report)
+    _generations(out, report)
     _events(out, report)
-    _turns(out, report, data)
+    _turns(out, report)
     _findings(out, report)
     if report.event_lines is not None:
         _event_list(out, report)
@@ -212,9 +242,12 @@ def render(out: Out, report: InspectReport) -> None:
         _turn_list(out, report)
 
 
-@app.command()
+@app.command(
+    "inspect",
+    short_help="Show one session: header, generations, frames, turns, boundaries, findings.",
+)
 def inspect(
-    session: str = typer.Argument(..., metavar="SESSION", help="Session id, dir or log file."),
+    session: str = session_argument(SESSION_HELP),
     events: bool = typer.Option(False, "--events", help="Also print one line per event."),
     turns: bool = typer.Option(
         False, "--turns", help="Also print one line per turn (what fork --turn N counts)."
@@ -224,10 +257,22 @@ def inspect(
 ) -> None:
     """Show a session's header, generations, frames, turns, fork boundaries and findings.
 
-    Example: dsh-fork inspect session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --events
+    Read-only. Terms: the cut is the number of events a seeded session inherited (the seq
+    of its last tagged end-seed marker); the own-range catalog is the subagent/catalog
+    events at or after the cut (the panel DSH shows); path binding checks that the session
+    lives in the dir its id and cwd name.
+
+    \b
+    Examples:
+      dsh-fork inspect session-68a2dc34 --events
+      dsh-fork inspect ~/.dsh/sessions/--home-me-shop--/session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a
     """
-    from ..inspect import inspect_arg
+    from .. import porcelain
 
     out = Out(json_mode)
-    report = run(out, lambda: inspect_arg(session, root_of(root), events=events, turns=turns))
-    emit(out, report, render, warnings=report.warnings)
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    report = run(
+        out, lambda: porcelain.inspect(ctx, session, events=events, turns=turns), where=ctx.root
+    )
+    emit(out, report, render)

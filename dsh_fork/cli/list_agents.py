@@ -7,7 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
+from .base import (
+    JSON_HELP,
+    ROOT_HELP,
+    SESSION_HELP,
+    Out,
+    app,
+    emit,
+    iso,
+    root_of,
+    run,
+    session_argument,
+)
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..agents import AgentRow, AgentTree
@@ -92,21 +103,33 @@ def _render(out: Out, tree: AgentTree) -> None:
         out.line("forks: " + ", ".join(str(fork["id"]) for fork in tree.forks))
 
 
-@app.command("list-agents")
+@app.command(
+    "list-agents",
+    short_help="List a session's subagents, on disk and in DSH's panel (the catalog).",
+)
 def list_agents(
-    session: str = typer.Argument(..., metavar="SESSION", help="Session id, dir or log file."),
+    session: str = session_argument(SESSION_HELP),
     recursive: bool = typer.Option(False, "--recursive", help="Descend through the whole tree."),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
     """List a session's subagents: on disk (header parentSession) and in the panel (catalog).
 
-    Differences between the two views are flagged; fork children are listed apart.
+    Differences between the two views are flagged; fork children are listed apart. "copy
+    of" names the subagent a relink copy was made from (recognised by its inherited
+    events, byte for byte).
 
-    Example: dsh-fork list-agents session-6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f --recursive
+    \b
+    Examples:
+      dsh-fork list-agents session-6f1c8d2e --recursive
+      dsh-fork list-agents session-6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f --json
     """
-    from ..agents import list_agents_arg
+    from .. import porcelain
 
     out = Out(json_mode)
-    tree = run(out, lambda: list_agents_arg(session, root_of(root), recursive=recursive))
-    emit(out, tree, _render, warnings=tree.warnings)
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    tree = run(
+        out, lambda: porcelain.list_agents(ctx, session, recursive=recursive), where=ctx.root
+    )
+    emit(out, tree, _render)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import UsageError
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, fail, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, root_of, run
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..relink import RelinkAllResult, RelinkSummary
@@ -43,11 +43,13 @@ def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
         yield update
 
 
+SKIP_REASONS = {"running": "running: a live DSH process holds it; rerun later"}
+
+
 def _render(out: Out, summary: RelinkSummary) -> None:
-    data = summary.to_json()
     mode = " (dry run: nothing written)" if summary.dry_run else ""
-    out.line(f"relink {data['forkChild']} (fork of {data['source']}){mode}")
-    copied = data["copied"]
+    out.line(f"relink {summary.fork_child} (fork of {summary.source}){mode}")
+    copied = summary.copied
     if copied:
         rows = [
             (c["source"], c["copy"] or "(new)", c["parent"] or "(new copy)", c["depth"])
@@ -60,27 +62,39 @@ def _render(out: Out, summary: RelinkSummary) -> None:
         )
     else:
         out.line("copied: none")
-    if data["skipped"]:
-        out.line("skipped: " + ", ".join(f"{s['id']} ({s['reason']})" for s in data["skipped"]))
-    if data["unrelated"]:
-        out.line("unrelated (spawned after the fork point): " + ", ".join(data["unrelated"]))
-    for item in data["uncatalogable"]:
+    if summary.skipped:
+        out.line(
+            "skipped: "
+            + ", ".join(
+                f"{s['id']} ({SKIP_REASONS.get(s['reason'], s['reason'])})" for s in summary.skipped
+            )
+        )
+    if summary.unrelated:
+        out.line("unrelated (spawned after the fork point): " + ", ".join(summary.unrelated))
+    for item in summary.uncatalogable:
         what = item["id"] or f"copy of {item['source']}"
         out.line(f"uncatalogable: {what}: {item['reason']}")
-    if data["catalogued"]:
-        out.line("catalogued existing copies: " + ", ".join(data["catalogued"]))
-    if data["descriptorsRepaired"]:
-        out.line("descriptors repaired: " + ", ".join(data["descriptorsRepaired"]))
-    for item in data["failed"]:
-        out.line(f"failed: {item['id']}: {item['code']}: {item['message']}")
+    if summary.catalogued:
+        out.line(
+            "catalog repaired (existing copies added to the panel): "
+            + ", ".join(summary.catalogued)
+        )
+    if summary.descriptors_repaired:
+        out.line("descriptors repaired: " + ", ".join(summary.descriptors_repaired))
+
+
+ALL_COLUMNS = ("fork child", "copied", "catalog repaired", "skipped", "failed")
 
 
 def _render_all(out: Out, result: RelinkAllResult) -> None:
-    rows = []
-    totals = [0, 0, 0, 0]
+    """One row per fork child that had something done or to report; the fork children with
+    nothing to do are one count (all rows with ``-v``)."""
     failed_by_fork: dict[str, int] = {}
     for item in result.failed:
         failed_by_fork[item["forkChild"]] = failed_by_fork.get(item["forkChild"], 0) + 1
+    rows: list[tuple[object, ...]] = []
+    totals = [0, 0, 0, 0]
+    unchanged = 0
     seen: set[str] = set()
     for summary in result.results:
         fork_id = summary.fork_child or "-"
@@ -92,22 +106,66 @@ def _render_all(out: Out, result: RelinkAllResult) -> None:
             failed_by_fork.get(fork_id, 0),
         ]
         totals = [a + b for a, b in zip(totals, counts, strict=True)]
-        rows.append((fork_id, *counts))
+        if any(counts) or out.verbose:
+            rows.append((fork_id, *counts))
+        else:
+            unchanged += 1
     for fork_id, count in failed_by_fork.items():
         if fork_id not in seen:
             rows.append((fork_id, 0, 0, 0, count))
             totals[3] += count
-    rows.append((f"total ({result.forks} fork children)", *totals))
-    mode = " (dry run: nothing written)" if any(r.dry_run for r in result.results) else ""
-    out.table(
-        f"relink --all{mode}", ("fork child", "copied", "catalogued", "skipped", "failed"), rows
+    dry = any(r.dry_run for r in result.results)
+    mode = " (dry run: nothing written)" if dry else ""
+    if rows:
+        out.table(f"relink --all{mode}", ALL_COLUMNS, rows)
+    else:
+        out.line(f"relink --all{mode}")
+    if unchanged:
+        out.line(f"{unchanged} fork children had nothing to copy or repair")
+    copied, repaired, skipped, failed = totals
+    verb = "would copy" if dry else "copied"
+    out.line(
+        f"total: {result.forks} fork children; {verb} {copied}, catalog repaired {repaired}, "
+        f"skipped {skipped}, failed {failed}"
     )
+    if skipped:
+        out.line("skipped items are running (held by a live DSH process): rerun later")
 
 
-@app.command()
+class _Tracker:
+    """Where relink --all is, for the summary Ctrl-C prints (and the bar on a terminal)."""
+
+    def __init__(self, bar: Progress | None) -> None:
+        self.bar = bar
+        self.done = 0
+        self.total: int | None = None
+
+    def __call__(self, done: int, total: int, fork_id: str) -> None:
+        self.done, self.total = done, total
+        if self.bar is not None:
+            self.bar(done, total, fork_id)
+
+    def interrupted(self) -> str:
+        if self.total is None:
+            return "interrupted before any fork child was relinked"
+        remaining = self.total - self.done
+        return (
+            f"interrupted: {self.done} of {self.total} fork children done, {remaining} "
+            "remaining; rerun `dsh-fork relink --all` to finish (a rerun completes a "
+            "half-done fork child)"
+        )
+
+
+@app.command(
+    "relink",
+    short_help="Copy a fork's subagent tree under the fork child (never a move).",
+)
 def relink(
     fork_child: str | None = typer.Argument(
-        None, metavar="FORK_CHILD", help="Fork child id, session dir or log file."
+        None,
+        metavar="FORK_CHILD",
+        help="Fork child id (or a unique prefix), session dir or log file.",
+        autocompletion=complete_session,
     ),
     all_forks: bool = typer.Option(False, "--all", help="Relink every fork child of the root."),
     dry_run: bool = typer.Option(
@@ -118,25 +176,36 @@ def relink(
 ) -> None:
     """Copy the subagent tree of a fork child's parent under the fork child.
 
-    Children of the parent that belong to the fork's branch are copied (never moved) with
-    their own subtrees and catalogued in the fork child's panel; a rerun completes a crashed
-    run and otherwise changes nothing.
+    Children of the parent that belong to the fork's branch (spawned before the fork point)
+    are copied, never moved, with their own subtrees, and catalogued in the fork child's
+    panel (its own-range catalog). A rerun completes a crashed run and otherwise changes
+    nothing. "catalog repaired" counts existing copies that lacked their catalog entry;
+    "uncatalogable" children have no label or mode to catalogue them with and are not
+    copied. A child held by a live DSH process is skipped: rerun later.
 
-    Example: dsh-fork relink session-6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f --dry-run
+    \b
+    Examples:
+      dsh-fork relink session-6f1c8d2e --dry-run
+      dsh-fork relink --all --json
     """
-    from ..relink import relink_all_arg, relink_arg
+    from .. import porcelain
 
     out = Out(json_mode)
     if all_forks == (fork_child is not None):
         fail(out, UsageError("give either FORK_CHILD or --all"))
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
     if all_forks:
-        with _progress_bar(True) as progress:
+        with _progress_bar(not out.quiet) as bar:
+            tracker = _Tracker(bar)
             result = run(
-                out, lambda: relink_all_arg(root_of(root), dry_run=dry_run, progress=progress)
+                out,
+                lambda: porcelain.relink_all(ctx, dry_run=dry_run, progress=tracker),
+                where=ctx.root,
+                interrupted=tracker.interrupted,
             )
-        warnings = [f"{r.fork_child}: {w}" for r in result.results for w in r.warnings]
-        emit(out, result, _render_all, warnings=warnings, partial=result.partial())
+        emit(out, result, _render_all)
         return
     assert fork_child is not None
-    summary = run(out, lambda: relink_arg(fork_child, root_of(root), dry_run=dry_run))
-    emit(out, summary, _render, warnings=summary.warnings, partial=summary.partial())
+    summary = run(out, lambda: porcelain.relink(ctx, fork_child, dry_run=dry_run), where=ctx.root)
+    emit(out, summary, _render)

@@ -64,7 +64,7 @@ def _render(out: Out, lineage: Lineage) -> None:
     out.line(_summary(lineage))
 
 
-@app.command("tree")
+@app.command("tree", short_help="The fork family as a tree: forks, subagents and copies.")
 def tree_command(
     session: str | None = typer.Argument(
         None, metavar="[SESSION]", help="Show only the family of this session (id, dir or log)."
@@ -87,7 +87,7 @@ def tree_command(
     out = Out(json_mode)
     lineage = run(out, lambda: lineage_arg(session, root_of(root)))
     if fmt is Format.text or json_mode:
-        emit(out, lineage, _render, warnings=lineage.warnings)
+        emit(out, lineage, _render)
         return
     from ..tree import dot, mermaid
 

@@ -1,0 +1,207 @@
+"""``list``: the sessions of a root, one row each, so nobody has to ``ls`` the dirs of a root.
+
+A row needs the header (id, kind, cwd, lineage) and two facts of the log: its title and its
+completed turns. Filters on the project, the kind and the last activity are applied before
+any log is decoded, so a narrow listing of a large root reads only the logs it shows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .discovery import Root, SessionEntry
+from .errors import DshForkError, Partial, UsageError
+from .layout import is_absolute_cwd, project_key
+from .model import derive
+from .reader import open_log
+from .times import iso_ms
+
+Kind = Literal["root", "fork", "subagent", "copy"]
+KINDS: tuple[Kind, ...] = ("root", "fork", "subagent", "copy")
+_LOG_TYPES = ("turn/start", "turn/end", "session/title")
+
+
+@dataclass
+class SessionRow:
+    """One session of the root; ``error`` names why its log could not be read."""
+
+    id: str
+    kind: Kind | None
+    project: str
+    path: str
+    cwd: str | None
+    parent: str | None
+    created_at: int | None
+    last_activity: int
+    title: str | None = None
+    turns: int | None = None
+    forks: int = 0
+    agents: int = 0
+    error: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "title": self.title,
+            "project": self.project,
+            "path": self.path,
+            "cwd": self.cwd,
+            "parentSession": self.parent,
+            "createdAt": self.created_at,
+            "createdAtIso": iso_ms(self.created_at),
+            "turns": self.turns,
+            "lastActivity": self.last_activity,
+            "lastActivityIso": iso_ms(self.last_activity),
+            "forks": self.forks,
+            "agents": self.agents,
+            "error": self.error,
+        }
+
+
+@dataclass
+class SessionList:
+    """The rows of a root, newest activity first, and the filters that chose them."""
+
+    root: str
+    rows: list[SessionRow]
+    total: int
+    filters: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def partial(self) -> Partial | None:
+        """A session whose log cannot be read is a row with its error, never a failure."""
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "total": self.total,
+            "filters": self.filters,
+            "sessions": [row.to_json() for row in self.rows],
+        }
+
+
+def kind_of(entry: SessionEntry) -> Kind | None:
+    """fork: a seeded child with no origin; copy: a seeded subagent (what relink writes);
+    subagent: any other ``origin: subagent`` child; root: no parentSession. None when the
+    header is unreadable and the raw fields do not tell."""
+    header = entry.header
+    if header is not None:
+        if header.is_fork_child:
+            return "fork"
+        if header.is_subagent:
+            return "copy" if header.is_seeded else "subagent"
+        return "root" if header.parent_session is None else "fork"
+    if entry.is_subagent:
+        return "subagent"
+    return "root" if entry.id is not None and entry.parent is None else None
+
+
+def _matches_project(entry: SessionEntry, project: str) -> bool:
+    """``--project`` is a project dir name or an absolute cwd (its project dir)."""
+    if entry.project == project:
+        return True
+    return is_absolute_cwd(project) and entry.project == project_key(project)
+
+
+def _mtime_ms(entry: SessionEntry) -> int:
+    generation = entry.generation
+    if generation is None:
+        return 0
+    try:
+        return os.stat(generation.path).st_mtime_ns // 1_000_000
+    except OSError:
+        return 0
+
+
+def list_sessions(
+    root: Root,
+    *,
+    project: str | None = None,
+    kinds: list[str] | None = None,
+    since: int | None = None,
+) -> SessionList:
+    """Every session of ``root`` that passes the filters (all of them by default)."""
+    for wanted in kinds or ():
+        if wanted not in KINDS:
+            raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
+    entries = root.entries()
+    rows: list[SessionRow] = []
+    warnings: list[str] = []
+    for entry in entries:
+        if project is not None and not _matches_project(entry, project):
+            continue
+        kind = kind_of(entry)
+        if kinds and kind not in kinds:
+            continue
+        last = _mtime_ms(entry)
+        if since is not None and last < since:
+            continue
+        rows.append(_row(root, entry, kind, last))
+    unreadable = [row for row in rows if row.error is not None]
+    if unreadable:
+        warnings.append(
+            f"{len(unreadable)} sessions could not be read (their rows name the error; "
+            "`dsh-fork doctor` says more)"
+        )
+    rows.sort(key=lambda r: (-r.last_activity, r.id))
+    filters = {"project": project, "kinds": kinds or None, "since": since}
+    return SessionList(str(root.path), rows, len(entries), filters, warnings)
+
+
+def _row(root: Root, entry: SessionEntry, kind: Kind | None, last: int) -> SessionRow:
+    header = entry.header
+    session_id = entry.id or entry.session_dir.name
+    row = SessionRow(
+        id=session_id,
+        kind=kind,
+        project=entry.project,
+        path=str(entry.session_dir),
+        cwd=None if header is None else header.cwd,
+        parent=entry.parent,
+        created_at=None if header is None else header.created_at,
+        last_activity=last,
+    )
+    if entry.id is not None:
+        row.forks = len(root.forks_of(entry.id))
+        row.agents = len(root.children_of(entry.id))
+    generation = entry.generation
+    error = entry.error
+    if error is None and generation is not None and header is not None:
+        try:
+            log = open_log(generation, collect=_LOG_TYPES)
+            facts = derive(log.header, log.event_count, log.collected)
+            row.title = facts.title
+            row.turns = len(facts.turn_ends)
+        except DshForkError as exc:
+            error = exc
+        except OSError as exc:
+            row.error = {"code": "IO_ERROR", "message": f"{generation.path}: {exc.strerror}"}
+    if error is not None:
+        row.error = {"code": error.code, "message": error.message}
+    return row
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """``--since``: an age (``30m``, ``2h``, ``7d``), an ISO-8601 date or time (UTC unless it
+    names a zone), or epoch ms; the result is epoch ms."""
+    units = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+    value = text.strip()
+    if value[:-1].isdigit() and value[-1:] in units:
+        return now_ms - int(value[:-1]) * units[value[-1]]
+    if value.isdigit():
+        return int(value)
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: give an age (30m, 2h, 7d), an ISO-8601 date or time, or epoch ms"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)

@@ -1,0 +1,145 @@
+"""The entry point of every command: the root, the session and the operation log resolved once.
+
+The CLI parses its arguments into one call here and renders the result it gets back; every
+function returns a typed result of the protocol in ``results`` (or raises a typed error).
+Commands over a whole root (list, doctor, relink --all) refuse a root that cannot be one
+(``lookup.check_root``); commands given a SESSION get the same check through the lookup.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+from .layout import oplog_path, resolve_root
+from .lookup import check_root
+
+if TYPE_CHECKING:  # each command imports only the library it runs
+    from .agents import AgentTree
+    from .doctor import DoctorReport
+    from .fixtures import FixtureSummary
+    from .fork import ForkResult
+    from .inspect import InspectReport
+    from .listing import SessionList
+    from .relink import RelinkAllResult, RelinkSummary
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a command works: ``--root`` as given, the environment, and what they resolve to."""
+
+    root_option: str | None
+    env: Mapping[str, str]
+    root: Path
+    oplog: Path
+
+    @classmethod
+    def of(cls, root_option: str | None, env: Mapping[str, str] | None = None) -> Context:
+        env = dict(os.environ) if env is None else env
+        return cls(root_option, env, resolve_root(root_option, env), oplog_path(root_option, env))
+
+    def whole_root(self) -> Path:
+        """The root of a command over all of it, checked (missing, a file, a DSH home)."""
+        check_root(self.root)
+        return self.root
+
+
+def fork(
+    ctx: Context,
+    source: str,
+    *,
+    at: int | None,
+    child_id: str | None,
+    agents: bool,
+    dry_run: bool,
+    turn: int | None = None,
+) -> ForkResult:
+    """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both."""
+    from .fork import fork_session
+
+    if turn is not None:
+        if at is not None:
+            raise UsageError("give either --at SEQ or --turn N, not both")
+        from .turns import fork_at_turn
+
+        return fork_at_turn(
+            source,
+            ctx.root_option,
+            turn=turn,
+            child_id=child_id,
+            agents=agents,
+            dry_run=dry_run,
+            env=ctx.env,
+            oplog_path=ctx.oplog,
+        )
+    return fork_session(
+        source,
+        ctx.root_option,
+        at=at,
+        child_id=child_id,
+        agents=agents,
+        dry_run=dry_run,
+        env=ctx.env,
+        oplog_path=ctx.oplog,
+    )
+
+
+def relink(ctx: Context, fork_child: str, *, dry_run: bool) -> RelinkSummary:
+    from .relink import relink_arg
+
+    return relink_arg(fork_child, ctx.root_option, dry_run=dry_run, env=ctx.env)
+
+
+def relink_all(ctx: Context, *, dry_run: bool, progress: Progress | None) -> RelinkAllResult:
+    from .relink import relink_all_arg
+
+    ctx.whole_root()
+    return relink_all_arg(ctx.root_option, dry_run=dry_run, progress=progress, env=ctx.env)
+
+
+def inspect(ctx: Context, session: str, *, events: bool, turns: bool = False) -> InspectReport:
+    from .inspect import inspect_arg
+
+    return inspect_arg(session, ctx.root_option, events=events, turns=turns, env=ctx.env)
+
+
+def list_agents(ctx: Context, session: str, *, recursive: bool) -> AgentTree:
+    from .agents import list_agents_arg
+
+    return list_agents_arg(session, ctx.root_option, recursive=recursive, env=ctx.env)
+
+
+def doctor(ctx: Context, sessions: list[str] | None) -> DoctorReport:
+    from .doctor import doctor_arg
+
+    ctx.whole_root()
+    return doctor_arg(ctx.root_option, sessions, env=ctx.env)
+
+
+def list_sessions(
+    ctx: Context,
+    *,
+    project: str | None,
+    kinds: list[str] | None,
+    since: str | None,
+    now_ms: int,
+) -> SessionList:
+    from .discovery import Root
+    from .listing import list_sessions as list_root
+    from .listing import parse_since
+
+    start = None if since is None else parse_since(since, now_ms)
+    return list_root(Root(ctx.whole_root()), project=project, kinds=kinds, since=start)
+
+
+def fixture(out_root: Path, **options: Any) -> FixtureSummary:
+    """``fixture``: the options are those of ``fixtures.generate``, passed through."""
+    from .fixtures import generate
+
+    return generate(out_root, **options)

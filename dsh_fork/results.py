@@ -1,0 +1,41 @@
+"""The result protocol every command's result follows, and the JSON documents made of it.
+
+A command returns one typed result. Renderers read its attributes; ``--json`` prints
+``document(result)``: the result's ``to_json()`` with ``schemaVersion`` first. A result whose
+``partial()`` is an error (some items failed) is still printed in full, then exits 10; under
+``--json`` its document carries the error beside the result (``error``), so every field sits
+at the same JSON path whether the run was partial or not. The shapes are in ``schemas/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .errors import DshForkError, Partial
+
+SCHEMA_VERSION = 1
+"""Raised when a document changes incompatibly (a field removed, renamed or retyped)."""
+
+
+class Result(Protocol):
+    """What every command returns."""
+
+    @property
+    def warnings(self) -> list[str]: ...
+
+    def partial(self) -> Partial | None: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def document(result: Result, partial: Partial | None = None) -> dict[str, Any]:
+    """The ``--json`` document of a result (with its PARTIAL error, when there is one)."""
+    out: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, **result.to_json()}
+    if partial is not None:
+        out["error"] = partial.to_json()
+    return out
+
+
+def error_document(error: DshForkError) -> dict[str, Any]:
+    """The ``--json`` document of a command that ended with an error (no result)."""
+    return {"schemaVersion": SCHEMA_VERSION, "error": error.to_json()}
