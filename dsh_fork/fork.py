@@ -339,7 +339,8 @@ def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:
             message = f"forked {result.parent_session} into {result.child_id}, but "
             message += f"the subagent copy is partial: {partial.message}"
             assert result.child_id is not None
-            next_command = relink_command(result.child_id)
+            if any(item.get("code") != "UNCATALOGABLE" for item in partial.failed):
+                next_command = relink_command(result.child_id)  # a rerun can finish these
         result.failure = Partial(message, partial.failed, result, next_command=next_command)
 
 

@@ -19,7 +19,7 @@ from schemakit import check, names
 from dsh_fork import faults
 from dsh_fork.discovery import Root
 from dsh_fork.errors import ALL_ERRORS, EXIT_CODES
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtures import Clock, SessionSpec, generate, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 
 
@@ -121,37 +121,37 @@ def test_doctor_findings_sit_at_one_path_whether_or_not_it_fails(tree: tuple[Pat
     assert failing["counts"]["error"] == 1
 
 
-def _fork_with_an_uncatalogable_agent(root: Path) -> None:
+def _fork_with_an_agent_below_v4(root: Path) -> None:
+    """P's second subagent is stored as v3: it cannot be copied until DSH migrates it."""
     clock = Clock()
     parent = SessionSpec(id="session-P", created_at=clock(), cwd=CWD)
     parent.turn(clock)
     good = subagent(clock, "session-good", parent, label="good")
-    nameless = subagent(clock, "session-nameless", parent, label=None)
-    parent.catalog(clock, good, label="good")
+    old = subagent(clock, "session-old", parent, label="old")
     parent.turn(clock)
-    for spec in (parent, good, nameless):
+    for spec in (parent, good):
         spec.publish(root)
+    write_spec_as(old, root, 3)
 
 
 def test_a_partial_fork_prints_the_child_then_the_failure_and_the_next_command(
     root: Path,
 ) -> None:
-    _fork_with_an_uncatalogable_agent(root)
+    _fork_with_an_agent_below_v4(root)
 
     human = run_cli("--root", root, "fork", "session-P", "--id", "kid")
     as_json = run_cli("--root", root, "fork", "session-P", "--id", "kid-2", "--json")
 
     assert human.exit_code == as_json.exit_code == 10
     child = Root(root).find("kid") / CURRENT_NAME
-    assert human.stdout.splitlines()[:2] == [
-        "Forked session-P at seq 12 into kid",
-        f"  path: {child}",
-    ]
+    lines = human.stdout.splitlines()
+    assert lines[:2] == ["Forked session-P at seq 11 into kid", f"  path: {child}"]
+    assert "  copied session-good as " in human.stdout
     errors = human.stderr.splitlines()
     assert errors[0] == (
         "Error: forked session-P into kid, but the subagent copy is partial: 1 of 2 items failed"
     )
-    assert errors[1].startswith("  failed: ") and "(UNCATALOGABLE)" in errors[1]
+    assert errors[1].startswith("  failed: session-old (UNSUPPORTED_FORMAT): ")
     assert errors[2:] == ["Next: run `dsh-fork relink kid`"]
     document = as_json.json()
     check("fork", document)

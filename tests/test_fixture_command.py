@@ -332,8 +332,8 @@ def test_json_output_and_the_new_flags(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     document = result.json()
     assert list(document) == [
-        "root", "sessions", "perDepth", "topLevel", "forks", "legacyForks", "oldGeneration",
-        "openTurns", "tornTails",
+        "schemaVersion", "root", "sessions", "perDepth", "topLevel", "forks", "legacyForks",
+        "oldGeneration", "openTurns", "tornTails",
     ]  # fmt: skip
     assert document["sessions"] == len(Root(out).entries())
     assert len(document["forks"]) == 2 and len(document["legacyForks"]) == 1

@@ -149,7 +149,7 @@ def test_an_uncatalogable_copy_makes_the_fork_partial(root: Path, clock: Clock) 
     )
     assert len(error["failed"]) == 1
     assert error["failed"][0]["code"] == "UNCATALOGABLE"
-    assert error["next"] == "dsh-fork relink child"
+    assert "next" not in error  # a rerun cannot catalogue it: no command to suggest
     assert document["child"]["id"] == "child"
     agents = document["agents"]
     assert [item["source"] for item in agents["copied"]] == ["session-good"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_launcher
 import orjson
 import pytest
 from conftest import log_events, log_lines, tree_digest
@@ -285,7 +286,7 @@ def test_a_killed_relink_all_process_is_finished_by_a_rerun(tmp_path: Path, frac
     probe = tmp_path / "probe" / "sessions"
     shutil.copytree(root, probe)
     at = steps_of(probe, lambda: relink_all(Root(probe))) // fraction
-    command = [sys.executable, "-m", "dsh_fork", "--root", str(root), "relink", "--all"]
+    command = cli_launcher.argv("--root", str(root), "relink", "--all")  # the fault seam on
     env = {**os.environ, "DSH_HOME": str(tmp_path), faults.ENV_VAR: f"kill:{at}"}
     killed = subprocess.run(command, env=env, capture_output=True, check=False)
     assert killed.returncode == -9
