@@ -265,7 +265,7 @@ def test_a_fifo_in_place_of_a_subagents_log_is_named_and_never_waited_on(tree: P
     assert "a-child-02" in unreadable
     assert "FIFO" in str(unreadable["a-child-02"])
     assert "Traceback" not in relinked.stderr + inspected.stderr
-    assert inspected.returncode == 1
+    assert inspected.returncode == 11
     assert "it is a FIFO, not a regular file" in inspected.stderr
     count("FIFO attacks (no hang)")
 
@@ -459,7 +459,7 @@ def test_a_hard_linked_backup_is_never_changed_by_a_relink(tree: Path, tmp_path:
     relinked = cli("--root", tree, "relink", FORK)
 
     assert tree_digest(backup) == before
-    assert relinked.returncode == 1, relinked.stderr
+    assert relinked.returncode == 11, relinked.stderr
     assert "hard links" in relinked.stderr and "cp -al" in relinked.stderr
     count("hard-link attacks")
 
@@ -556,7 +556,7 @@ def test_sessions_another_user_cannot_read_are_named_and_block_nothing(shared_tr
     assert "Permission denied" in unreadable["a-child-03"]
     assert forked[0] == 0, forked
     assert doctored[0] == 10, doctored
-    paths = {f.get("path") for f in json.loads(doctored[1])["error"]["result"]["findings"]}
+    paths = {f.get("path") for f in json.loads(doctored[1])["findings"]}
     assert str(hidden_dir) in paths
     count("unreadable sessions named (as uid 65534)", 2)
 
@@ -565,9 +565,14 @@ def test_sessions_another_user_cannot_read_are_named_and_block_nothing(shared_tr
 
 
 def test_control_characters_in_ids_are_escaped_in_human_output(tree: Path) -> None:
+    """``--id`` refuses them (USAGE); a session already on disk with such an id (written by
+    the library here) is printed escaped."""
     hostile = "evil\x1b[2J\x1b]0;owned\x07\nforged line"
+    refused = run_cli("--root", tree, "fork", SOURCE, "--id", hostile, "--no-agents")
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
+    fork_session(SOURCE, str(tree), at=None, child_id=hostile, agents=False, dry_run=False)
 
-    result = run_cli("--root", tree, "fork", SOURCE, "--id", hostile, "--no-agents")
+    result = run_cli("--root", tree, "list", "--kind", "fork")
 
     assert result.exit_code == 0, result.stderr
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
@@ -603,7 +608,7 @@ def test_out_of_memory_is_one_clean_line(capsys: pytest.CaptureFixture[str]) -> 
 
     with pytest.raises(Exception) as caught:
         run(Out(json_mode=False), explode)
-    assert getattr(caught.value, "exit_code", None) == 1
+    assert getattr(caught.value, "exit_code", None) == 11
     err = capsys.readouterr().err
     assert err == "Error: out of memory: the input needs more than this process may use\n"
 

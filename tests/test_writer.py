@@ -620,7 +620,7 @@ def test_a_hard_linked_log_is_never_changed_in_place(root: Path, clock: Clock) -
         append(session_dir, titles("a"))
 
     assert backup.read_bytes() == before == log.read_bytes()
-    assert caught.value.exit_code == 1
+    assert caught.value.exit_code == 11
     assert "cp without -l" in caught.value.message
 
 
