@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -175,10 +176,14 @@ class RelinkSummary:
         problems = self.problems()
         total = len(self.copied) + len(self.skipped) + len(self.failed)
         total += len(self.uncatalogable)
+        rerun = None
+        if self.failed and self.fork_child is not None and not self.dry_run:
+            rerun = f"dsh-fork relink {shlex.quote(self.fork_child)}"  # finishes what failed
         return Partial(
             f"{len(problems)} of {max(total, len(problems))} items failed",
             problems,
             self.to_json(),
+            next_command=rerun,
         )
 
 
@@ -202,10 +207,13 @@ class RelinkAllResult:
         if not self.failed:
             return None
         failing = len({item["forkChild"] for item in self.failed})
+        fixable = any(item["code"] != "UNCATALOGABLE" for item in self.failed)
+        dry_run = any(r.dry_run for r in self.results)
         return Partial(
             f"{len(self.failed)} items failed in {failing} of {self.forks} fork children",
             self.failed,
             self.to_json(),
+            next_command="dsh-fork relink --all" if fixable and not dry_run else None,
         )
 
 

@@ -178,8 +178,10 @@ def test_a_partial_relink_all_document_carries_the_results_beside_the_error(
 
     check("relink-all", document)
     assert document["error"]["failed"][0]["code"] == "SESSION_LOCKED"
+    assert document["error"]["next"] == "dsh-fork relink --all"
     human = run_cli("--root", root, "relink", "--all")
-    assert human.stderr.splitlines()[-1].endswith("; rerun later")
+    assert human.stderr.splitlines()[-2].endswith("; rerun later")
+    assert human.stderr.splitlines()[-1] == "Next: run `dsh-fork relink --all`"
 
 
 def test_an_io_error_exits_11_naming_the_path(tree: tuple[Path, str]) -> None:

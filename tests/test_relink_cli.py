@@ -187,6 +187,7 @@ def test_relink_all_reports_every_fork_child(root: Path, clock: Clock, hold_lock
         "Error: 1 items failed in 1 of 2 fork children",
         "  failed: session-C (SESSION_LOCKED): is in use: its session.lock is held by a live "
         "process; rerun later",
+        "Next: run `dsh-fork relink --all`",
     ]
     # One row per fork child with something to report; the others are one count.
     assert human.stdout.splitlines() == [
