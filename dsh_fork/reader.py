@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from . import frames as zframes
+from .envelopes import checked_types
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
 from .fsdir import open_regular
 from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
@@ -34,7 +35,6 @@ from .records import (
     Event,
     Header,
     LineError,
-    dense_run,
     parse_event,
     parse_header,
     parse_line,
@@ -587,18 +587,20 @@ when the frame does not hold whole checked lines. Plain values, so that a child 
 compute and send it."""
 
 
-def _summarizer(tokens: list[bytes]) -> Callable[[bytes], _FrameSummary]:
+def _summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
-    every line's envelope is checked, so each line a fork copies is one DSH accepts."""
+    every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
+    check reads each line's type, which picks the lines of the types asked for."""
 
     def summarize(plaintext: bytes) -> _FrameSummary:
         if not plaintext or plaintext[-1] != 0x0A:
             return (-1, 0, [])
         lines = plaintext[:-1].split(b"\n")
-        first = dense_run(lines)
-        if first is None:
+        checked = checked_types(lines)
+        if checked is None:
             return (-1, 0, [])
-        hits = list(_matching_lines(plaintext, tokens)) if tokens else []
+        first, types = checked
+        hits = [(k, lines[k]) for k, name in enumerate(types) if name in wanted] if wanted else []
         return (first, len(lines), hits)
 
     return summarize
@@ -614,7 +616,7 @@ def _index_frames(
     frame, a defect) the rest is read in one pass that groups frames into runs and names the
     first defect.
     """
-    summaries = zframes.map_frames(data, frames, _summarizer(type_tokens(wanted)), 1)
+    summaries = zframes.map_frames(data, frames, _summarizer(wanted), 1)
     chunks: list[Chunk] = []
     collected: list[Event] = []
     seq = 0
