@@ -13,6 +13,7 @@ whether msgspec is installed; without it every line takes ``dense_run``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Annotated
 
 from .generations import MAX_SAFE_INTEGER
@@ -26,8 +27,9 @@ except ImportError:  # pragma: no cover - the pure-orjson path
 
 if msgspec is not None:
 
-    class _Envelope(msgspec.Struct):
-        """The two fields an event line must hold; the rest is validated and skipped."""
+    class _Envelope(msgspec.Struct, gc=False):
+        """The two fields an event line must hold; the rest is validated and skipped.
+        Untracked by the garbage collector: a frame makes hundreds of them."""
 
         type: str
         seq: Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
@@ -39,29 +41,32 @@ else:  # pragma: no cover
     _decode = None
     _Refused = ()
 
+_seq = attrgetter("seq")
+_type = attrgetter("type")
 
-def checked_types(lines: list[bytes]) -> tuple[int, list[str]] | None:
-    """(first seq, each line's type) when every line is an envelope DSH accepts and the seqs
-    are dense; None when one is not (``records.parse_event`` then names the defect).
 
-    The types are those DSH reads (after any escapes), so a caller can pick the lines of the
-    types it wants without searching the text.
+def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[int]] | None:
+    """(first seq, offsets of the lines whose type is in ``wanted``) when every line is an
+    envelope DSH accepts and the seqs are dense; None when one is not (``records.parse_event``
+    then names the defect).
+
+    The types are those DSH reads (after any escapes), so the lines of the types asked for are
+    picked without searching the text.
     """
     if _decode is not None and lines:
         try:
-            envelopes = [_decode(line) for line in lines]
+            envelopes = list(map(_decode, lines))
         except _Refused:
             pass
         else:
             first = envelopes[0].seq
-            if [e.seq for e in envelopes] == list(range(first, first + len(lines))):
-                return first, [e.type for e in envelopes]
+            if list(map(_seq, envelopes)) == list(range(first, first + len(lines))):
+                if wanted.isdisjoint(map(_type, envelopes)):
+                    return first, []
+                return first, [k for k, e in enumerate(envelopes) if e.type in wanted]
     first_seq = dense_run(lines)
     if first_seq is None:
         return None
-    return first_seq, _types(lines)
-
-
-def _types(lines: list[bytes]) -> list[str]:
-    """Each line's type, for lines ``dense_run`` accepted (the slow path: lenient lines)."""
-    return [parse_event(line, None).type for line in lines]
+    # The slow path (lenient lines): each line's type as parse_event reads it.
+    types = [parse_event(line, None).type for line in lines]
+    return first_seq, [k for k, name in enumerate(types) if name in wanted]

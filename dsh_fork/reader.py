@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from . import frames as zframes
-from .envelopes import checked_types
+from .envelopes import checked_run
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
 from .fsdir import open_regular
 from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
@@ -204,8 +204,9 @@ class SessionLog(abc.ABC):
         """Stored line bytes (without 0x0A) of events ``first..last`` inclusive (v2+ only)."""
         raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
 
-    def prefix_run(self, last: int) -> tuple[bytes, int, bytes]:
-        """The body through seq ``last`` as (whole frames' bytes, how many frames, plaintext)."""
+    def prefix_run(self, last: int) -> tuple[bytes | memoryview, int, bytes]:
+        """The body through seq ``last`` as (whole frames' bytes, how many frames, plaintext);
+        the whole frames are a view of the log's bytes, never a copy of them."""
         raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
 
     def prefix(self, last: int) -> tuple[list[bytes], bytes]:
@@ -495,19 +496,20 @@ class FramedLog(SessionLog):
             return [], tail
         frames = [f for chunk in self.chunks[: self._whole_chunks(last)] for f in chunk.frames]
         start = frames[0].start
-        return [run[f.start - start : f.end - start] for f in frames], tail
+        return [bytes(run[f.start - start : f.end - start]) for f in frames], tail
 
-    def prefix_run(self, last: int) -> tuple[bytes, int, bytes]:
-        """The whole frames are adjacent in the file, so they are copied as one run and written
-        with one call (a fork of a 100 MB log copies thousands of them)."""
+    def prefix_run(self, last: int) -> tuple[bytes | memoryview, int, bytes]:
+        """The whole frames are adjacent in the file, so they are one run, written with one call
+        (a fork of a 100 MB log copies thousands of them) from a view of the bytes read: the
+        log is never held twice."""
         if last < 0:
             return b"", 0, b""
         whole = self._whole_chunks(last)
-        run = b""
+        run: bytes | memoryview = b""
         count = sum(len(chunk.frames) for chunk in self.chunks[:whole])
         if whole:
             first, end = self.chunks[0].frames[0], self.chunks[whole - 1].frames[-1]
-            run = self.data[first.start : end.end]
+            run = memoryview(self.data)[first.start : end.end]
         tail = b""
         if whole < len(self.chunks) and self.chunks[whole].first_seq <= last:
             chunk = self.chunks[whole]
@@ -596,12 +598,11 @@ def _summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
         if not plaintext or plaintext[-1] != 0x0A:
             return (-1, 0, [])
         lines = plaintext[:-1].split(b"\n")
-        checked = checked_types(lines)
+        checked = checked_run(lines, wanted)
         if checked is None:
             return (-1, 0, [])
-        first, types = checked
-        hits = [(k, lines[k]) for k, name in enumerate(types) if name in wanted] if wanted else []
-        return (first, len(lines), hits)
+        first, offsets = checked
+        return (first, len(lines), [(k, lines[k]) for k in offsets])
 
     return summarize
 

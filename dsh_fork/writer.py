@@ -235,13 +235,14 @@ def _generation_names(handle: DirFd) -> list[tuple[int, str, str]]:
 class Body:
     """The events of a new session: whole compressed frames, then plaintext lines to frame."""
 
-    frames: list[bytes] = field(default_factory=list)
+    frames: list[bytes | memoryview] = field(default_factory=list)
+    """Whole frames, written as they are: a view of a source log's bytes is never copied."""
     tail: bytes = b""
 
     def add_lines(self, lines: list[bytes]) -> None:
         self.tail += b"".join(lines)
 
-    def encoded(self) -> list[bytes]:
+    def encoded(self) -> list[bytes | memoryview]:
         lines = [line + b"\n" for line in self.tail.split(b"\n")[:-1]]
         return self.frames + [zframes.encode(chunk) for chunk in zframes.batch_lines(lines)]
 

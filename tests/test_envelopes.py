@@ -22,12 +22,15 @@ from dsh_fork.reader import current_generation, open_log
 pytest.importorskip("msgspec", reason="the fast form needs msgspec; the orjson form is the rest")
 
 
+WANTED = frozenset(("agent-preset/selected", "a", "user/message"))
+
+
 def both(lines: list[bytes]) -> tuple[object, object]:
-    fast = envelopes.checked_types(lines)
+    fast = envelopes.checked_run(lines, WANTED)
     saved = envelopes._decode
     envelopes._decode = None
     try:
-        slow = envelopes.checked_types(lines)
+        slow = envelopes.checked_run(lines, WANTED)
     finally:
         envelopes._decode = saved
     return fast, slow
@@ -105,7 +108,7 @@ def test_each_line_gets_one_verdict_either_way(case: bytes) -> None:
 
 def test_a_dense_run_is_accepted_with_its_types() -> None:
     lines = [line(seq=b"7", kind=b'"x"'), line(seq=b"8", kind=b'"agent-preset\\/selected"')]
-    assert both(lines) == ((7, ["x", "agent-preset/selected"]),) * 2
+    assert both(lines) == ((7, [1]),) * 2
 
 
 @pytest.mark.parametrize("seqs", [[0, 2], [1, 0], [3, 3], [0, 1, 1]])
