@@ -12,10 +12,12 @@ whether msgspec is installed; without it every line takes ``dense_run``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Annotated
 
+from .errors import CorruptLog
 from .generations import MAX_SAFE_INTEGER
 from .records import dense_run, parse_event
 
@@ -41,6 +43,7 @@ else:  # pragma: no cover
     _decode = None
     _Refused = ()
 
+_ORJSON_MAX_DEPTH = 1024
 _seq = attrgetter("seq")
 _type = attrgetter("type")
 
@@ -53,7 +56,9 @@ def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[i
     The types are those DSH reads (after any escapes), so the lines of the types asked for are
     picked without searching the text.
     """
-    if _decode is not None and lines:
+    # msgspec's nesting bound is the interpreter's recursion limit, orjson's 1024 levels: only
+    # under a limit below that is every line msgspec accepts one orjson accepts too.
+    if _decode is not None and lines and sys.getrecursionlimit() <= _ORJSON_MAX_DEPTH:
         try:
             envelopes = list(map(_decode, lines))
         except _Refused:
@@ -67,6 +72,11 @@ def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[i
     first_seq = dense_run(lines)
     if first_seq is None:
         return None
-    # The slow path (lenient lines): each line's type as parse_event reads it.
-    types = [parse_event(line, None).type for line in lines]
+    # The slow path (lenient lines): each line's type as parse_event reads it. A line that
+    # parse_event refuses after all (nesting at the recursion limit, met a few calls deeper)
+    # refuses the frame: the reader's full pass then names it.
+    try:
+        types = [parse_event(line, None).type for line in lines]
+    except CorruptLog:
+        return None
     return first_seq, [k for k, name in enumerate(types) if name in wanted]

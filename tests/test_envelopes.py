@@ -7,6 +7,7 @@ is judged both ways, the second with msgspec switched off as when its import fai
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis profile)
@@ -169,3 +170,17 @@ def test_an_index_is_the_same_without_msgspec(tmp_path: Path) -> None:
     assert fast.chunks == slow.chunks
     assert [ev.raw for ev in fast.collected] == [ev.raw for ev in slow.collected]
     assert len(fast.collected) == 30
+
+
+def test_nesting_near_a_raised_recursion_limit_gets_one_verdict_either_way() -> None:
+    """msgspec's nesting bound is the interpreter's recursion limit, orjson's a fixed 1024
+    levels: with the limit raised, every depth around it still gets the orjson form's verdict."""
+    saved = sys.getrecursionlimit()
+    sys.setrecursionlimit(1500)
+    try:
+        for depth in range(1380, 1500):
+            deep = line(b',"x":' + b"[" * depth + b"]" * depth)
+            fast, slow = both([deep])
+            assert fast == slow, depth
+    finally:
+        sys.setrecursionlimit(saved)
