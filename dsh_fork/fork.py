@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import seeded
+from . import inbox, seeded
 from .discovery import Located, Root, locate
 from .errors import (
     DshForkError,
@@ -32,12 +32,13 @@ from .errors import (
 )
 from .generations import CURRENT_NAME, SUPPORTED_VERSION
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
-from .layout import encode_segment, project_dir_name
+from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
 from .model import Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
 from .times import iso_ms
+from .workspace import moved_workspace
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
     from .relink import ForkPoint, RelinkSummary
@@ -66,6 +67,11 @@ class ForkResult:
     agents: RelinkSummary | None = None
     warnings: list[str] = field(default_factory=list)
     failure: Partial | None = field(default=None, repr=False)
+    cwd: str | None = None
+    source_cwd: str | None = None
+    cwd_moved: bool = False
+    inbox_canceled: dict[str, int] | None = None
+    """Inherited pending items canceled per target (``--drop-inherited-inbox``), else None."""
 
     def partial(self) -> Partial | None:
         """PARTIAL (exit 10) when the child was written but part of its subagent tree was
@@ -84,12 +90,22 @@ class ForkResult:
                 "agentPreset": self.agent_preset,
                 "createdAt": self.created_at,
                 "createdAtIso": iso_ms(self.created_at),
+                **self._options_json(),
             },
             "agents": None if self.agents is None else self.agents.to_json(),
             "dryRun": self.dry_run,
             "framesCopied": self.frames_copied,
             "framesReencoded": self.frames_reencoded,
         }
+
+    def _options_json(self) -> dict[str, Any]:
+        """Keys of the options that change the child: present only when they were used."""
+        keys: dict[str, Any] = {}
+        if self.cwd_moved:
+            keys["cwd"] = self.cwd
+        if self.inbox_canceled is not None:
+            keys["inboxCanceled"] = self.inbox_canceled
+        return keys
 
 
 def fork(
@@ -103,11 +119,16 @@ def fork(
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
     oplog_path: Path | None = None,
+    cwd: str | None = None,
+    drop_inbox: bool = False,
 ) -> ForkResult:
     """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
 
     Unless ``agents`` is false, the source's subagent tree is copied under the child in the same
-    run (relink), while the child's lock is held from its publication to the end.
+    run (relink), while the child's lock is held from its publication to the end. ``cwd``
+    moves the child into another workspace, and the subagent copies follow it
+    (``workspace.rebase_cwd``); ``drop_inbox`` cancels the inherited queued input in the
+    child's own range.
     """
     generation = source.generation
     if generation.version < SUPPORTED_VERSION:
@@ -115,12 +136,16 @@ def fork(
             f"the source {source.session_dir.name}", generation.version, path=str(generation.path)
         )
     root.require_writable()
+    if cwd is not None:
+        check_cwd(cwd)
     if child_id is not None:
         _check_child_id(root, child_id)
 
     # The catalog facts of the prefix decide which subagents the child's branch holds; fork
     # hands them to relink with the fork point, so relink never re-reads the child it wrote.
     types = [PRESET_TYPE, CATALOG_TYPE] if agents else [PRESET_TYPE]
+    if drop_inbox:
+        types.append(inbox.SPLICE_TYPE)
     # Every frame is decoded and checksum-verified and every line's envelope checked, so each
     # line copied is one DSH accepts (reader.open_log).
     log = open_log(generation, collect=types)
@@ -130,7 +155,9 @@ def fork(
     whole, cut_frame = log.prefix_frames(last)
     if child_id is None and not dry_run:
         child_id = seeded.fresh_id(root, new_id)
-    project_dir = root.path / project_dir_name(log.header.cwd)
+    child_cwd = log.header.cwd if cwd is None else cwd
+    project_dir = root.path / project_dir_name(child_cwd)
+    cancels = inbox.cancellations(facts.splices, last) if drop_inbox else None
     result = ForkResult(
         child_id=child_id,
         path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
@@ -144,6 +171,12 @@ def fork(
         frames_reencoded=1 if cut_frame else 0,
         dry_run=dry_run,
         warnings=list(source.warnings),
+        cwd=child_cwd,
+        source_cwd=log.header.cwd,
+        cwd_moved=cwd is not None,
+        inbox_canceled=None
+        if cancels is None
+        else {c["target"]: c["removedCount"] for c in cancels},
     )
     if log.torn is not None:
         result.warnings.append(
@@ -168,7 +201,9 @@ def fork(
         origin=None,
         depth=0,
         inherited=last + 1,
+        own=[(inbox.SPLICE_TYPE, data) for data in cancels or []],
     )
+    plan.cwd = child_cwd  # --cwd: the child's workspace; its events stay byte for byte
     published = seeded.write(root, plan, log, keep_lock=agents)
     result.path = published.path
     if agents:
@@ -195,6 +230,8 @@ def fork_session(
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
     oplog_path: Path | None = None,
+    cwd: str | None = None,
+    drop_inbox: bool = False,
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
 
@@ -211,6 +248,8 @@ def fork_session(
         clock=clock,
         new_id=new_id,
         oplog_path=oplog_path or default_oplog_path(root_option, env),
+        cwd=cwd,
+        drop_inbox=drop_inbox,
     )
 
 
@@ -270,6 +309,12 @@ def _open_turn(log: SessionLog, seq: int, turn: OpenTurnInfo, *, default: bool) 
 # -- the child id ---------------------------------------------------------------------------
 
 
+def check_cwd(cwd: str) -> None:
+    """A ``--cwd`` must be what a header may hold: a non-empty absolute path (format §2.6)."""
+    if not cwd or not is_absolute_cwd(cwd) or "\x00" in cwd:
+        raise UsageError(f"--cwd {cwd!r} is not an absolute path", path=cwd)
+
+
 def _check_child_id(root: Root, child_id: str) -> None:
     if child_id == "":
         raise UsageError("the child id must not be empty")
@@ -314,6 +359,7 @@ def _copy_agents(
             oplog_path=oplog_path,
             clock=clock,
             new_id=new_id,
+            workspace=moved_workspace(result.source_cwd, result.cwd),
         )
     except DshForkError as error:
         result.failure = Partial(

@@ -308,8 +308,8 @@ class InspectReport:
         }
 
     def pending_inbox(self) -> list[Any]:
-        cut = self.facts.cut
-        return self.facts.pending_inbox(through=cut - 1) if cut > 0 else []
+        """Inherited items the session would still deliver (its own range may cancel them)."""
+        return self.facts.inherited_pending_inbox()
 
     def partial(self) -> Partial | None:
         """Inspecting is one read: it succeeds or fails whole."""

@@ -10,6 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import inbox
 from .reader import SessionLog, TornTail
 from .records import Event, Header, dig, nonneg_int
 
@@ -234,19 +235,11 @@ class Facts:
 
     def pending_inbox(self, through: int | None = None) -> list[Any]:
         """Items left queued by the ``agent/inbox/spliced`` edits up to ``through``."""
-        queue: list[Any] = []
-        for seq, data in self.splices:
-            if through is not None and seq > through:
-                break
-            if not isinstance(data, dict) or data.get("outcome") == "canceled":
-                continue
-            start = nonneg_int(data.get("start"))
-            removed = nonneg_int(data.get("removedCount", 0)) or 0
-            inserted = data.get("inserted")
-            if start is None or not isinstance(inserted, list):
-                continue
-            queue[start : start + removed] = inserted
-        return queue
+        return inbox.pending(self.splices, through)
+
+    def inherited_pending_inbox(self) -> list[Any]:
+        """Items queued in the inherited prefix and still queued at the end of the log."""
+        return inbox.inherited_pending(self.splices, self.cut)
 
 
 def _turn_number(event: Event) -> int | None:

@@ -21,8 +21,10 @@ from .lookup import check_root
 if TYPE_CHECKING:  # each command imports only the library it runs
     from .agents import AgentTree
     from .doctor import DoctorReport
+    from .export import ExportResult
     from .fixtures import FixtureSummary
     from .fork import ForkResult
+    from .importer import ImportResult
     from .inspect import InspectReport
     from .listing import SessionList
     from .relink import RelinkAllResult, RelinkSummary
@@ -59,8 +61,12 @@ def fork(
     agents: bool,
     dry_run: bool,
     turn: int | None = None,
+    cwd: str | None = None,
+    drop_inbox: bool = False,
 ) -> ForkResult:
-    """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both."""
+    """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both;
+    ``cwd`` moves the child into another workspace, ``drop_inbox`` cancels its inherited
+    queued input."""
     from .fork import fork_session
 
     if turn is not None:
@@ -77,6 +83,8 @@ def fork(
             dry_run=dry_run,
             env=ctx.env,
             oplog_path=ctx.oplog,
+            cwd=cwd,
+            drop_inbox=drop_inbox,
         )
     return fork_session(
         source,
@@ -87,6 +95,26 @@ def fork(
         dry_run=dry_run,
         env=ctx.env,
         oplog_path=ctx.oplog,
+        cwd=cwd,
+        drop_inbox=drop_inbox,
+    )
+
+
+def export(ctx: Context, session: str, output: str, *, forks: bool) -> ExportResult:
+    """``export``: the session and its family into one archive."""
+    from .export import export_session
+
+    return export_session(session, output, ctx.root_option, forks=forks, env=ctx.env)
+
+
+def import_bundle(
+    ctx: Context, archive: str, *, new_ids: bool, cwd: str | None, dry_run: bool
+) -> ImportResult:
+    """``import``: verify an archive, then publish its sessions into the root."""
+    from .importer import import_bundle as run_import
+
+    return run_import(
+        archive, ctx.root_option, new_ids=new_ids, cwd=cwd, dry_run=dry_run, env=ctx.env
     )
 
 

@@ -43,6 +43,7 @@ from .model import MODEL_TYPES, Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
+from .workspace import Workspace, moved_workspace, rebase_cwd
 
 LINEAGE_CYCLE = "lineage cycle"
 
@@ -642,6 +643,7 @@ class _Walker:
         self.done = 0
         self.created: set[str] = set()
         self.unsynced: set[Path] = set()
+        self.workspace: Workspace | None = None
 
     def sync(self) -> None:
         """Make the new copies' directory entries durable before anything refers to them."""
@@ -757,6 +759,8 @@ class _Walker:
             inherited=item.inherited,
             own=[("subagent/descriptor", item.descriptor)],
         )
+        if self.workspace is not None:  # a fork moved to another workspace: copies follow
+            plan.cwd = rebase_cwd(plan.cwd, *self.workspace)
         published = seeded.write(
             self.root, plan, source.log, keep_lock=True, deferred=self.unsynced
         )
@@ -939,6 +943,7 @@ def _run(
     clock: ClockMs,
     new_id: IdFactory,
     children: int,
+    workspace: Workspace | None = None,
 ) -> None:
     """Log, walk and log the summary: the part every entry point shares."""
     items = list(level.walk_items())
@@ -955,6 +960,7 @@ def _run(
             },
         )
     walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
+    walker.workspace = workspace
     for failure in summary.failed:  # found before the walk (unreadable sessions)
         walker.log.write(
             messages.CHILD_FAILED,
@@ -1015,9 +1021,11 @@ def relink_new_child(
     oplog_path: Path | None = None,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
+    workspace: Workspace | None = None,
 ) -> RelinkSummary:
     """relink of a fork child ``fork`` has just published and still holds the lock of:
-    its fork point is the one fork computed from the source, so the child is not re-read."""
+    its fork point is the one fork computed from the source, so the child is not re-read.
+    ``workspace`` (old cwd, new cwd): the child was forked into another workspace."""
     summary = RelinkSummary(child_id, point.parent_id, False)
     log = OpLog(oplog_path, clock=clock, warn=summary.warnings.append)
     _refresh(root)
@@ -1033,6 +1041,7 @@ def relink_new_child(
         clock=clock,
         new_id=new_id,
         children=len(root.children_of(point.parent_id)),
+        workspace=workspace,
     )
     return summary
 
@@ -1112,6 +1121,8 @@ def relink(
         own = {e.child_id for e in c_facts.own_catalog() if e.child_id is not None}
         point, level = _plan(root, point, existing, own)
         top = _Parent(header.id, fork_child_dir, lock, header.delegation_depth)
+        parent_header = None if parent_entry is None else parent_entry.header
+        moved = None if parent_header is None else moved_workspace(parent_header.cwd, header.cwd)
         _run(
             root,
             level,
@@ -1121,6 +1132,7 @@ def relink(
             clock=clock,
             new_id=new_id,
             children=len(root.children_of(parent_id)),
+            workspace=moved,
         )
         return summary
     finally:

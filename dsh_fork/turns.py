@@ -224,6 +224,8 @@ def fork_at_turn(
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
     oplog_path: Path | None = None,
+    cwd: str | None = None,
+    drop_inbox: bool = False,
 ) -> ForkResult:
     """``fork --turn N``: resolve the turn to its ``turn/end`` seq, then fork there (``--at``)."""
     from .fork import fork
@@ -240,4 +242,6 @@ def fork_at_turn(
         clock=clock,
         new_id=new_id,
         oplog_path=oplog_path or default_oplog_path(root_option, env),
+        cwd=cwd,
+        drop_inbox=drop_inbox,
     )

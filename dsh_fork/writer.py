@@ -256,8 +256,18 @@ class Published:
 
 
 @_io
-def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: bool) -> Published:
+def publish(
+    session_dir: Path,
+    header_line: bytes,
+    body: Body,
+    *,
+    keep_lock: bool,
+    header_frame: bytes | None = None,
+) -> Published:
     """Write a new session into an existing, empty session dir (format §14.1 steps 2–6).
+
+    ``header_frame``, when given, is the header's frame exactly as another log stored it (an
+    import reproduces a log byte for byte); ``header_line`` is then only what it holds.
 
     Every step names an entry of the locked dir's descriptor (``fsdir``), and the dir chain
     is verified under the lock, again just before ``link`` and once after it: a session dir or
@@ -267,7 +277,8 @@ def publish(session_dir: Path, header_line: bytes, body: Body, *, keep_lock: boo
     (the temp is an ignored name the next run sweeps), and a failing dir fsync raises an
     ``IoError`` that says the session was published.
     """
-    payload = [zframes.encode(header_line), *body.encoded()]  # before the lock: pure work
+    first = zframes.encode(header_line) if header_frame is None else header_frame
+    payload = [first, *body.encoded()]  # before the lock: pure work
     lock = SessionLock(session_dir).acquire()
     handle = lock.dirs.session
     temp: str | None = None

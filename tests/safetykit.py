@@ -25,8 +25,8 @@ from dsh_fork.writer import is_own_temp
 CASES: Counter[str] = Counter()
 """Fuzz and crash cases run in this session, by kind; printed in the terminal summary."""
 
-READ_ONLY_COMMANDS = frozenset(("inspect", "list-agents", "doctor", "tree", "diff", "du"))
-WRITING_COMMANDS = frozenset(("fork", "relink", "fixture"))
+READ_ONLY_COMMANDS = frozenset(("inspect", "list-agents", "doctor", "tree", "diff", "du", "export"))
+WRITING_COMMANDS = frozenset(("fork", "relink", "fixture", "import"))
 
 
 def count(kind: str, n: int = 1) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (registration)
     doctor,
+    export,
     fixture,
     fork,
+    import_,
     inspect,
     list_agents,
     list_sessions,

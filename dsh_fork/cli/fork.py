@@ -19,6 +19,7 @@ from .base import (
     session_argument,
     when,
 )
+from .options import absolute_dir
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fork import ForkResult
@@ -57,6 +58,17 @@ def fork_command(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print what would be written; write nothing."
     ),
+    cwd: str | None = typer.Option(
+        None,
+        "--cwd",
+        metavar="DIR",
+        help="Move the child into DIR's workspace (cwd DIR); its subagent copies follow.",
+    ),
+    drop_inbox: bool = typer.Option(
+        False,
+        "--drop-inherited-inbox",
+        help="Cancel the queued input the child inherits, so it is never delivered.",
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -92,6 +104,8 @@ def fork_command(
             child_id=child_id,
             agents=not no_agents,
             dry_run=dry_run,
+            cwd=None if cwd is None else absolute_dir(cwd),
+            drop_inbox=drop_inbox,
         ),
         where=ctx.root,
     )
@@ -113,6 +127,11 @@ def _render(out: Out, result: ForkResult) -> None:
         ("frames", f"{result.frames_copied} copied verbatim, {result.frames_reencoded} re-encoded"),
         ("agent preset", result.agent_preset),
     ]
+    if result.cwd_moved:
+        rows.append(("cwd", f"{result.cwd} (moved)"))
+    if result.inbox_canceled is not None:
+        canceled = ", ".join(f"{n} {t}" for t, n in result.inbox_canceled.items()) or "none"
+        rows.append(("inherited inbox", f"canceled: {canceled}"))
     if result.created_at is not None:
         rows.append(("created", when(result.created_at)))
     rows.append(("agents", _agents_line(result)))

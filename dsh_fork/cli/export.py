@@ -1,0 +1,60 @@
+"""``dsh-fork export``: a session and its family into one archive."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from .base import ROOT_HELP, SESSION_HELP, Out, app, emit, root_of, run, session_argument
+
+if TYPE_CHECKING:
+    from ..export import ExportResult
+
+
+@app.command("export")
+def export_command(
+    session: str = session_argument(SESSION_HELP),
+    output: str = typer.Option(
+        ...,
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="Archive to write: .tar, .tar.gz/.tgz, .tar.xz, .tar.bz2 or .tar.zst.",
+    ),
+    forks: bool = typer.Option(
+        False, "--forks", help="Also export the session's fork children and their trees."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as one JSON document."),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """Write SESSION, its whole subagent tree (and with --forks its forks) into one archive.
+
+    Example: dsh-fork export session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a -o family.tar.zst
+    """
+    from .. import porcelain
+
+    out = Out(json_out)
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    result = run(out, lambda: porcelain.export(ctx, session, output, forks=forks), where=ctx.root)
+    emit(out, result, _render)
+
+
+def _render(out: Out, result: ExportResult) -> None:
+    manifest = result.manifest
+    related = len(manifest.sessions) - 1
+    family = "" if not related else f" and {related} related session" + ("s" * (related > 1))
+    out.line(f"Exported {manifest.top}{family} to {result.path}")
+    out.line(
+        f"  {manifest.total_bytes} bytes of logs, archive {result.archive_bytes} bytes "
+        f"({result.compression})"
+    )
+    out.table(
+        None,
+        ["role", "id", "parent", "events", "bytes", "sha256"],
+        [
+            (s.role, s.id, s.parent_session, s.events, s.size, s.sha256[:16])
+            for s in manifest.sessions
+        ],
+    )

@@ -1,0 +1,90 @@
+"""``dsh-fork import``: publish the sessions of an archive into the root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
+from .options import absolute_dir
+
+if TYPE_CHECKING:
+    from ..importer import ImportResult
+
+
+@app.command("import")
+def import_command(
+    archive: str = typer.Argument(..., metavar="FILE", help="An archive written by export."),
+    new_ids: bool = typer.Option(
+        False, "--new-ids", help="Import as seeded copies under new ids (a second family)."
+    ),
+    cwd: str | None = typer.Option(
+        None,
+        "--cwd",
+        metavar="DIR",
+        help="Move the family into DIR: the top session's workspace (and what lies in it).",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Verify the archive and show what would be created."
+    ),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """Verify FILE completely, then publish each session, parents before children.
+
+    Example: dsh-fork import family.tar.zst --new-ids --cwd ~/work/other-project
+    """
+    from .. import porcelain
+
+    out = Out(json_out)
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    moved = None if cwd is None else absolute_dir(cwd)
+    result = run(
+        out,
+        lambda: porcelain.import_bundle(ctx, archive, new_ids=new_ids, cwd=moved, dry_run=dry_run),
+        where=ctx.root,
+    )
+    emit(out, result, _render)
+
+
+def _render(out: Out, result: ImportResult) -> None:
+    ids = " under new ids" if result.new_ids else ""
+    if result.dry_run:
+        head = f"Dry run: would import {_sessions(result.count('planned'))}"
+    else:
+        head = f"Imported {_sessions(result.count('created'))}"
+    out.line(f"{head} of {result.archive}{ids} into {result.root}")
+    present, skipped = result.count("present"), result.count("skipped")
+    if present:
+        out.line(f"  {present} already there from an earlier run of this import")
+    if skipped:
+        out.line(f"  {skipped} left out (see the failures below)")
+    out.line("  archive verified: manifest, sizes and sha256 of every log")
+    out.table(
+        None,
+        ["status", "role", "id", "from", "parent", "project dir"],
+        [
+            (i.status, i.role, i.id, _origin(i.source, i.id), i.parent_session, _project(i.path))
+            for i in result.items
+        ],
+    )
+    catalogued = sum(len(i.catalogued) for i in result.items)
+    if catalogued:
+        out.line(f"  catalogued {catalogued} new children in their parents' own range")
+    if result.dry_run:
+        out.line("Nothing was written.")
+
+
+def _origin(source: str, new_id: str) -> str:
+    return "=" if source == new_id else source
+
+
+def _sessions(count: int) -> str:
+    return f"{count} session" if count == 1 else f"{count} sessions"
+
+
+def _project(path: Path) -> str:
+    return path.parent.parent.name

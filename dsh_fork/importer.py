@@ -1,0 +1,472 @@
+"""``import``: publish the sessions of a bundle into a root, parents before children.
+
+Two passes over the archive. The first verifies everything before anything is written: the
+manifest, the size and sha256 of every log, and each log itself (a complete v4 log whose header
+is the one the manifest lists). The second publishes each session atomically through the writer
+(temp, fsync, link) in the project dir of its cwd, re-checking each log's sha256 as it streams.
+
+- Without ``new_ids`` every log is reproduced byte for byte under its own id. An id that exists
+  anywhere in the root is refused (``SESSION_ALREADY_EXISTS``), except a session that already
+  holds exactly the bytes this import writes, at the path it writes them: that is an earlier,
+  interrupted run of the same import, and the rerun completes the rest. When every session is
+  already there, there is nothing to import, and that is refused too (the bundle came from, or
+  was already imported into, this root).
+- With ``new_ids`` each session becomes a seeded session under a new id whose inherited prefix
+  is the bundled log byte for byte, followed by its own tagged end-seed (format §10.3), and, for
+  a subagent, its own descriptor (format §10.4): the shape of a relink copy, so DSH accepts the
+  inherited events, delivery markers naming the old id included (format §10.8). Parent links
+  name the new ids; the top session's names the id it was seeded from. Each parent then
+  catalogues its new children in its own range, under its lock. The new ids are derived from
+  the bundle's manifest, the ``cwd`` option and the old id, so a rerun after a crash finds what
+  the first run published and appends only what is missing.
+- ``cwd`` moves the family into another workspace: the top session's cwd becomes ``cwd`` and
+  every session whose cwd is the top's, or lies inside it, follows (keeping its relative place);
+  a session working elsewhere keeps its own cwd. The events stay byte for byte; only headers
+  change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from . import bundle, seeded, writer
+from . import frames as zframes
+from .bundle import BundleSession, CheckedLog, Manifest, Member, Role
+from .catalog import fact_from_descriptor
+from .discovery import Root
+from .errors import CorruptLog, DshForkError, Partial, SessionAlreadyExists
+from .fork import check_cwd
+from .generations import CURRENT_NAME, SUPPORTED_VERSION, list_generations, select
+from .ids import ClockMs, now_ms
+from .layout import encode_segment, expand_home, project_dir_name, resolve_root
+from .model import Facts
+from .reader import SessionLog, read_header, stable_read
+from .records import encode_header, parse_header
+from .workspace import rebase_cwd
+
+Status = Literal["planned", "created", "present", "skipped"]
+_ID_NAMESPACE = uuid.UUID("6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f")
+_APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
+
+
+@dataclass
+class ImportItem:
+    """One session of the bundle and what the import does with it."""
+
+    source: str
+    id: str
+    role: Role
+    parent_session: str | None
+    cwd: str | None
+    path: Path
+    status: Status
+    reason: str | None = None
+    catalogued: list[str] = field(default_factory=list)
+    """New children this session catalogued in its own range (``new_ids`` only)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "id": self.id,
+            "role": self.role,
+            "parentSession": self.parent_session,
+            "cwd": self.cwd,
+            "path": str(self.path),
+            "status": self.status,
+            "reason": self.reason,
+            "catalogued": self.catalogued,
+        }
+
+
+@dataclass
+class ImportResult:
+    archive: Path
+    root: Path
+    top: str
+    new_ids: bool
+    cwd: str | None
+    dry_run: bool
+    items: list[ImportItem]
+    total_bytes: int
+    warnings: list[str] = field(default_factory=list)
+
+    def count(self, status: Status) -> int:
+        return sum(1 for item in self.items if item.status == status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "archive": str(self.archive),
+            "root": str(self.root),
+            "top": self.top,
+            "newIds": self.new_ids,
+            "cwd": self.cwd,
+            "dryRun": self.dry_run,
+            "bytes": self.total_bytes,
+            "sessions": [item.to_json() for item in self.items],
+        }
+
+    def partial(self) -> Partial | None:
+        """PARTIAL when a subagent had to be left out (``new_ids``: no catalog fact for it)."""
+        failed = [
+            {"id": i.source, "code": "UNCATALOGABLE", "message": f"{i.source}: {i.reason}"}
+            for i in self.items
+            if i.status == "skipped"
+        ]
+        if not failed:
+            return None
+        return Partial(
+            f"{len(failed)} of {len(self.items)} sessions were not imported", failed, self.to_json()
+        )
+
+
+@dataclass
+class _Checked:
+    """What the first pass learned of one log: enough to plan its seeded copy."""
+
+    session: BundleSession
+    event_count: int
+    last_time: int | None
+    header_frame_end: int
+    descriptor: Any
+    fact_reason: str | None
+    facts: Facts
+    expected_sha: str | None = None
+
+
+def import_bundle(
+    archive_arg: str,
+    root_option: str | None,
+    *,
+    new_ids: bool = False,
+    cwd: str | None = None,
+    dry_run: bool = False,
+    env: Mapping[str, str] | None = None,
+    clock: ClockMs = now_ms,
+) -> ImportResult:
+    """Verify the bundle, plan, and (unless ``dry_run``) publish it into the root."""
+    archive = expand_home(archive_arg).absolute()
+    root = Root(resolve_root(root_option, env))
+    if cwd is not None:
+        check_cwd(cwd)
+    manifest = bundle.read_manifest(archive)
+    checked = _verify(archive, manifest, cwd if not new_ids else None)
+    root.require_writable()
+    result = _plan(root, archive, manifest, checked, new_ids=new_ids, cwd=cwd, dry_run=dry_run)
+    result.warnings += [
+        f"{s.id} was running when it was exported: the bundle holds it as of a stable read"
+        for s in manifest.sessions
+        if s.lock_held
+    ]
+    if dry_run:
+        return result
+    _publish_all(root, archive, manifest, checked, result, clock)
+    if new_ids:
+        _catalogue(root, result, checked, clock)
+    return result
+
+
+# -- pass 1: verification ---------------------------------------------------------------------
+
+
+def _verify(archive: Path, manifest: Manifest, cwd: str | None) -> dict[str, _Checked]:
+    """Every member checked before anything is written; a bad one stops the import here."""
+    checked: dict[str, _Checked] = {}
+    top_cwd = manifest.sessions[0].cwd
+    for member in bundle.members(archive, manifest):
+        log = bundle.check_log(member, str(archive))
+        item = _checked(member.session, log)
+        if cwd is not None:  # same ids: only the header changes, so the result is known now
+            moved = _moved(member.session.cwd, top_cwd, cwd)
+            item.expected_sha = bundle.digest_of(_same_id_bytes(member, log, moved))
+        else:
+            item.expected_sha = member.session.sha256
+        checked[member.session.id] = item
+    return checked
+
+
+def _checked(session: BundleSession, log: CheckedLog) -> _Checked:
+    facts = log.facts
+    descriptor = facts.descriptor()
+    data = None if descriptor is None else descriptor.data
+    reason = None
+    if session.role == "subagent":
+        plan = fact_from_descriptor(data, session.id, session.created_at)
+        reason = plan.reason
+    return _Checked(
+        session=session,
+        event_count=log.event_count,
+        last_time=log.last_time,
+        header_frame_end=log.header_end,
+        descriptor=data,
+        fact_reason=reason,
+        facts=facts,
+    )
+
+
+# -- planning ---------------------------------------------------------------------------------
+
+
+def _moved(session_cwd: str | None, top_cwd: str | None, cwd: str | None) -> str | None:
+    """The cwd a session gets: with ``cwd``, the top's workspace moves there."""
+    return session_cwd if cwd is None else rebase_cwd(session_cwd, top_cwd, cwd)
+
+
+def derived_id(manifest: Manifest, cwd: str | None, source_id: str) -> str:
+    """The new id of a session: the same bundle, cwd and old id always give the same id, so
+    a rerun recognises what an interrupted run published."""
+    key = "\x00".join((bundle.digest_of(manifest.encoded()), cwd or "", source_id))
+    return f"session-{uuid.uuid5(_ID_NAMESPACE, key)}"
+
+
+def _plan(
+    root: Root,
+    archive: Path,
+    manifest: Manifest,
+    checked: dict[str, _Checked],
+    *,
+    new_ids: bool,
+    cwd: str | None,
+    dry_run: bool,
+) -> ImportResult:
+    top_cwd = manifest.sessions[0].cwd
+    ids = {s.id: derived_id(manifest, cwd, s.id) if new_ids else s.id for s in manifest.sessions}
+    items: list[ImportItem] = []
+    skipped: set[str] = set()
+    for session in manifest.sessions:
+        new_cwd = _moved(session.cwd, top_cwd, cwd)
+        if session.role == "top":
+            parent = session.id if new_ids else session.parent_session
+        else:
+            parent = ids[session.parent_session] if session.parent_session else None
+        new_id = ids[session.id]
+        item = ImportItem(
+            source=session.id,
+            id=new_id,
+            role=session.role,
+            parent_session=parent,
+            cwd=new_cwd,
+            path=root.path / project_dir_name(new_cwd) / encode_segment(new_id) / CURRENT_NAME,
+            status="planned",
+        )
+        reason = checked[session.id].fact_reason if new_ids else None
+        if session.parent_session in skipped:
+            reason = f"its parent {session.parent_session} is not imported"
+        if reason is not None:
+            item.status, item.reason = "skipped", reason
+            skipped.add(session.id)
+        items.append(item)
+    result = ImportResult(
+        archive, root.path, ids[manifest.top], new_ids, cwd, dry_run, items, manifest.total_bytes
+    )
+    _check_conflicts(root, result, checked)
+    return result
+
+
+def _check_conflicts(root: Root, result: ImportResult, checked: dict[str, _Checked]) -> None:
+    """Existing ids: an earlier run's own output is ``present``; anything else is refused."""
+    for item in result.items:
+        if item.status == "skipped":
+            continue
+        dirs = root.dirs_of(item.id)
+        if not dirs:
+            continue
+        if dirs == [item.path.parent] and _is_ours(item, checked[item.source], result.new_ids):
+            item.status = "present"
+            continue
+        raise SessionAlreadyExists(
+            f"a session {item.id!r} already exists in {dirs[0].parent.name}; nothing was "
+            + ("imported" if result.new_ids else "imported (use --new-ids for a second copy)"),
+            session=item.id,
+            path=str(dirs[0]),
+        )
+    wanted = [i for i in result.items if i.status != "skipped"]
+    if not result.new_ids and wanted and all(i.status == "present" for i in wanted):
+        raise SessionAlreadyExists(
+            f"every session of the bundle ({len(wanted)}) already exists in {root.path}, byte "
+            f"for byte (e.g. {wanted[0].id!r}); nothing was imported (use --new-ids for a "
+            "second copy)",
+            session=wanted[0].id,
+            path=str(wanted[0].path),
+        )
+
+
+def _is_ours(item: ImportItem, checked: _Checked, new_ids: bool) -> bool:
+    generation = select(list_generations(item.path.parent))
+    if generation is None or generation.path != item.path:
+        return False
+    try:
+        if not new_ids:
+            data, _ = stable_read(item.path)
+            return bundle.digest_of(data) == checked.expected_sha
+        header = read_header(generation)
+    except (DshForkError, OSError):
+        return False
+    return (header.id, header.parent_session, header.cwd, header.is_seeded) == (
+        item.id,
+        item.parent_session,
+        item.cwd,
+        True,
+    )
+
+
+# -- pass 2: publishing -----------------------------------------------------------------------
+
+
+def _publish_all(
+    root: Root,
+    archive: Path,
+    manifest: Manifest,
+    checked: dict[str, _Checked],
+    result: ImportResult,
+    clock: ClockMs,
+) -> None:
+    items = {item.source: item for item in result.items}
+    depths: dict[str, int] = {}
+    for member in bundle.members(archive, manifest):
+        item = items[member.session.id]
+        check = checked[member.session.id]
+        if result.new_ids:
+            parent = member.session.parent_session
+            depths[item.id] = 0
+            if item.role == "subagent" and parent is not None:
+                depths[item.id] = depths.get(items[parent].id, 0) + 1
+        if item.status != "planned":
+            continue
+        if result.new_ids:
+            write_seeded_copy(root, item, member, check, depths[item.id], clock)
+        else:
+            _write_same_id(root, item, member, check)
+        item.status = "created"
+
+
+def _same_id_bytes(member: Member, log: CheckedLog, cwd: str | None) -> bytes:
+    """The log as this import writes it under its own id: unchanged, or with only the
+    header's cwd replaced (the events stay byte for byte)."""
+    if cwd == member.session.cwd:
+        return member.data
+    return zframes.encode(_moved_header(log.header.raw, cwd)) + member.data[log.header_end :]
+
+
+def _moved_header(raw: bytes, cwd: str | None) -> bytes:
+    header = parse_header(raw, SUPPORTED_VERSION)
+    return encode_header(
+        session_id=header.id,
+        created_at=header.created_at,
+        cwd=cwd,
+        parent_session=header.parent_session,
+        is_seeded=header.is_seeded,
+        origin=header.origin,
+        delegation_depth=header.delegation_depth,
+        agent_preset=header.agent_preset,
+    )
+
+
+def _write_same_id(root: Root, item: ImportItem, member: Member, check: _Checked) -> None:
+    data = member.data
+    end = check.header_frame_end
+    header_frame = data[:end]
+    header_line = zframes.decode(data, zframes.scan(data, limit=1).frames[0])
+    if item.cwd != member.session.cwd:
+        header_line = _moved_header(header_line[:-1], item.cwd)
+        header_frame = zframes.encode(header_line)
+    session_dir = writer.ensure_session_dir(
+        root.path, item.path.parent.parent.name, item.path.parent.name
+    )
+    published = writer.publish(
+        session_dir,
+        header_line,
+        writer.Body(frames=[data[end:]] if len(data) > end else []),
+        keep_lock=False,
+        header_frame=header_frame,
+    )
+    written, _ = stable_read(published.path)
+    if bundle.digest_of(written) != check.expected_sha:
+        raise CorruptLog(f"{published.path}: the published log differs from the bundle")
+
+
+def write_seeded_copy(
+    root: Root, item: ImportItem, member: Member, check: _Checked, depth: int, clock: ClockMs
+) -> None:
+    """A seeded session under a new id (``seeded``'s shape: header, inherited events byte for
+    byte, tagged end-seed, own events), inheriting the whole bundled log: its body frames are
+    written verbatim. A subagent's own event is its descriptor (semantics §1.5's copy shape).
+    The marker takes the last inherited event's time, else ``createdAt`` (``seeded``'s rule);
+    the log is in the bundle, not in the root, hence this writer rather than ``seeded.write``.
+    """
+    assert item.parent_session is not None
+    created_at = clock()
+    subagent = item.role == "subagent"
+    own: list[tuple[str, Any]] = []
+    if subagent and check.descriptor is not None:
+        own.append(("subagent/descriptor", check.descriptor))
+    plan = seeded.SeededPlan(
+        session_id=item.id,
+        created_at=created_at,
+        cwd=item.cwd,
+        parent_session=item.parent_session,
+        origin="subagent" if subagent else None,
+        depth=depth if subagent else 0,
+        agent_preset=seeded.preset(check.facts, check.event_count),
+        inherited=check.event_count,
+        marker_time=created_at if check.last_time is None else check.last_time,
+        own=own,
+    )
+    body = member.data[check.header_frame_end :]
+    session_dir = writer.ensure_session_dir(
+        root.path, item.path.parent.parent.name, item.path.parent.name
+    )
+    writer.publish(
+        session_dir,
+        plan.header_line(),
+        writer.Body(frames=[body] if body else [], tail=plan.own_lines()),
+        keep_lock=False,
+    )
+
+
+# -- catalogues (new ids) -----------------------------------------------------------------------
+
+
+def _catalogue(
+    root: Root, result: ImportResult, checked: dict[str, _Checked], clock: ClockMs
+) -> None:
+    """Each parent's facts for its new subagent children, in its own range, under its lock;
+    a fact already there (an earlier run) is not appended again."""
+    by_source = {item.source: item for item in result.items}
+    children: dict[str, list[ImportItem]] = {}
+    for item in result.items:
+        session = checked[item.source].session
+        if item.role == "subagent" and item.status != "skipped" and session.parent_session:
+            children.setdefault(by_source[session.parent_session].id, []).append(item)
+    for parent in result.items:
+        kids = children.get(parent.id)
+        if not kids or parent.status == "skipped":
+            continue
+        facts = []
+        for kid in kids:
+            created_at = read_header(_generation(kid.path)).created_at
+            plan = fact_from_descriptor(checked[kid.source].descriptor, kid.id, created_at)
+            if plan.data is not None:
+                facts.append(plan.data)
+        facts.sort(key=lambda f: (f["childCreatedAt"], f["childId"]))
+
+        def build(
+            log: SessionLog, current: Facts, facts: list[dict[str, Any]] = facts
+        ) -> list[writer.NewEvent]:
+            present = {entry.child_id for entry in current.own_catalog()}
+            now = clock()
+            new = [f for f in facts if f["childId"] not in present]
+            return [("subagent/catalog", now, f) for f in new]
+
+        writer.append(parent.path.parent, build, collect=_APPEND_TYPES)
+        parent.catalogued = sorted(k.id for k in kids)
+
+
+def _generation(path: Path) -> Any:
+    generation = select(list_generations(path.parent))
+    if generation is None:
+        raise CorruptLog(f"{path.parent} holds no session log after its import")
+    return generation
