@@ -119,7 +119,7 @@ class ImportResult:
         if not failed:
             return None
         return Partial(
-            f"{len(failed)} of {len(self.items)} sessions were not imported", failed, self.to_json()
+            f"{len(failed)} of {len(self.items)} sessions were not imported", failed, self
         )
 
 

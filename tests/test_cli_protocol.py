@@ -41,8 +41,10 @@ def test_every_schema_is_a_valid_json_schema() -> None:
     assert names() == [
         "doctor",
         "error",
+        "export",
         "fixture",
         "fork",
+        "import",
         "inspect",
         "list",
         "list-agents",

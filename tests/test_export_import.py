@@ -15,15 +15,16 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+import cli_launcher
 import orjson
 import pytest
 from conftest import log_events, log_header, log_lines, run_cli, tree_digest
 from safetykit import snapshot
+from schemakit import check
 
 from dsh_fork import bundle, faults, reader
 from dsh_fork import frames as zframes
@@ -101,6 +102,7 @@ def test_a_round_trip_into_an_empty_root_reproduces_every_log(tmp_path: Path, su
     result = run_cli("--root", home_b, "import", archive, "--json")
 
     assert result.exit_code == 0, result.stderr
+    check("import", result.json())
     assert [s["status"] for s in result.json()["sessions"]] == ["created"] * 7
     assert logs(home_b) == logs(home_a)
     assert flat(panel(home_b, top)) == flat(panel(home_a, top))
@@ -115,6 +117,7 @@ def test_the_manifest_describes_every_log(tmp_path: Path) -> None:
     result = run_cli("--root", root, "export", top, "-o", tmp_path / "f.tar.zst", "--json")
 
     assert result.exit_code == 0
+    check("export", result.json())
     manifest = result.json()["manifest"]
     assert manifest["schemaVersion"] == 1
     assert manifest["kind"] == "dsh-fork-bundle"
@@ -218,6 +221,7 @@ def test_new_ids_make_a_valid_second_family(tmp_path: Path) -> None:
     result = run_cli("--root", root, "import", archive, "--new-ids", "--json")
 
     assert result.exit_code == 0, result.stderr
+    check("import", result.json())
     sessions = result.json()["sessions"]
     new_top = result.json()["top"]
     assert {s["id"] for s in sessions}.isdisjoint({s["source"] for s in sessions})
@@ -516,7 +520,7 @@ def test_a_killed_import_is_finished_by_a_rerun(tmp_path: Path) -> None:
     target = tmp_path / "b" / "sessions"
     steps = _steps(archive, tmp_path / "measure" / "sessions", "--new-ids")
     second_link = [i for i, (kind, _) in enumerate(steps) if kind == "link"][1] + 1
-    argv = [sys.executable, "-m", "dsh_fork", "--root", str(target), "import", str(archive)]
+    argv = cli_launcher.argv("--root", str(target), "import", str(archive))
     env = {**os.environ, faults.ENV_VAR: f"kill:{second_link}"}
 
     killed = subprocess.run([*argv, "--new-ids"], env=env, capture_output=True, check=False)
@@ -614,12 +618,13 @@ def test_a_subagent_without_a_descriptor_is_left_out_of_new_ids_by_name(
     result = run_cli("--root", home_b, "import", archive, "--new-ids", "--json")
 
     assert result.exit_code == 10
+    check("import", result.json())
     error = result.json()["error"]
     assert [(f["id"], f["code"]) for f in error["failed"]] == [
         ("bare", "UNCATALOGABLE"),
         ("under", "UNCATALOGABLE"),
     ]
-    statuses = {s["source"]: s["status"] for s in error["result"]["sessions"]}
+    statuses = {s["source"]: s["status"] for s in result.json()["sessions"]}
     assert statuses == {"top": "created", "good": "created", "bare": "skipped", "under": "skipped"}
     assert len(logs(home_b)) == 2
     doctor_ok(home_b)

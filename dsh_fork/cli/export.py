@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..export import ExportResult
 
 
-@app.command("export")
+@app.command("export", short_help="Write a session and its family into one archive (read-only).")
 def export_command(
     session: str = session_argument(SESSION_HELP),
     output: str = typer.Option(
@@ -28,9 +28,15 @@ def export_command(
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as one JSON document."),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
-    """Write SESSION, its whole subagent tree (and with --forks its forks) into one archive.
+    """Export a session and its family into one archive.
 
-    Example: dsh-fork export session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a -o family.tar.zst
+    Writes SESSION, its whole subagent tree (and with --forks its fork children and their
+    trees) with a manifest: ids, parent links, cwd, size and sha256 of every log.
+
+    \b
+    Examples:
+      dsh-fork export session-6f1c8d2e -o family.tar.zst
+      dsh-fork export session-6f1c8d2e --forks -o family.tar.gz --json
     """
     from .. import porcelain
 

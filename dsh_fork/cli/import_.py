@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..importer import ImportResult
 
 
-@app.command("import")
+@app.command("import", short_help="Verify an archive, then publish its sessions into the root.")
 def import_command(
     archive: str = typer.Argument(..., metavar="FILE", help="An archive written by export."),
     new_ids: bool = typer.Option(
@@ -32,9 +32,15 @@ def import_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
-    """Verify FILE completely, then publish each session, parents before children.
+    """Import the sessions of an archive written by export.
 
-    Example: dsh-fork import family.tar.zst --new-ids --cwd ~/work/other-project
+    Verifies FILE completely (manifest, size and sha256 of every log, each log itself) before
+    anything is written, then publishes each session, parents before children.
+
+    \b
+    Examples:
+      dsh-fork import family.tar.zst --dry-run
+      dsh-fork import family.tar.zst --new-ids --cwd ~/work/other-project
     """
     from .. import porcelain
 
