@@ -9,18 +9,40 @@ from the first differing seq on, is summarised per turn (``turns.TurnSummary``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .agents import list_agents
-from .discovery import Located, locate
+from .discovery import Located
 from .errors import Partial
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import SessionLog, open_log
 from .turns import TurnSummary, turn_containing, turn_summaries
+
+
+@dataclass(frozen=True)
+class DiffAgent:
+    """A subagent of one side, on disk: what it is called and which original it copies."""
+
+    id: str
+    label: str | None
+    copy_of: str | None
+    created_at: int | None
+    turns: int | None
+    flags: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label,
+            "copyOf": self.copy_of,
+            "createdAt": self.created_at,
+            "turns": self.turns,
+            "flags": self.flags,
+        }
 
 
 @dataclass
@@ -37,7 +59,7 @@ class DiffSide:
     """Type of the event at the first differing seq (None: this side has no such event)."""
     split_turn: int | None
     tail: list[TurnSummary]
-    subagents: list[dict[str, Any]] = field(default_factory=list)
+    subagents: list[DiffAgent] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,7 +72,7 @@ class DiffSide:
             "splitEventType": self.split_type,
             "splitTurn": self.split_turn,
             "tail": [turn.to_json() for turn in self.tail],
-            "subagents": self.subagents,
+            "subagents": [agent.to_json() for agent in self.subagents],
         }
 
 
@@ -141,14 +163,7 @@ def _side(located: Located, log: SessionLog, split: int) -> DiffSide:
     tail = [turn for turn in turns if turn.last_seq >= split]
     agents = list_agents(located, recursive=False)
     subagents = [
-        {
-            "id": row.id,
-            "label": row.label,
-            "copyOf": row.copy_of,
-            "createdAt": row.created_at,
-            "turns": row.turns,
-            "flags": row.flags,
-        }
+        DiffAgent(row.id, row.label, row.copy_of, row.created_at, row.turns, row.flags)
         for row in agents.children
         if row.on_disk
     ]
@@ -184,10 +199,3 @@ def diff(a: Located, b: Located) -> DiffResult:
             torn = f"{log.header.id} has a torn tail; only its complete frames are compared"
             result.warnings.append(torn)
     return result
-
-
-def diff_args(
-    a: str, b: str, root_option: str | None, *, env: Mapping[str, str] | None = None
-) -> DiffResult:
-    """Resolve two SESSION arguments and compare them (the ``diff`` command)."""
-    return diff(locate(a, root_option, env), locate(b, root_option, env))

@@ -22,16 +22,15 @@ Sizes are apparent sizes (``st_size``), so they add up exactly; the read is read
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .discovery import Root, locate
+from .discovery import Located, Root
 from .errors import Partial
 from .generations import parse_name
-from .layout import resolve_root
-from .lineage import PARENT_MISSING, Lineage, Node, lineage
+from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .reader import FramedLog, SessionLog
 
 
@@ -266,22 +265,10 @@ def disk_usage(forest: Lineage, measured: Measured, *, top: int | None = None) -
     return result
 
 
-def disk_usage_arg(
-    arg: str | None,
-    root_option: str | None,
-    *,
-    top: int | None = None,
-    env: Mapping[str, str] | None = None,
+def disk_usage_of(
+    scope: Root | Located, *, session: str | None = None, top: int | None = None
 ) -> DiskUsage:
-    """Resolve an optional SESSION argument and measure the root or its family (``du``)."""
+    """Measure a whole root, or the family of a located ``session`` (the ``du`` command)."""
     measured: Measured = {}
-    hook = measure(measured)
-    if arg is None:
-        forest = lineage(Root(resolve_root(root_option, env)), detail=False, hook=hook)
-    else:
-        located = locate(arg, root_option, env)
-        forest = lineage(
-            located.root, session_dir=located.session_dir, session=arg, detail=False, hook=hook
-        )
-        forest.warnings[:0] = located.warnings
+    forest = lineage_of(scope, session=session, detail=False, hook=measure(measured))
     return disk_usage(forest, measured, top=top)

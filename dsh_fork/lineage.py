@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .discovery import Root, SessionEntry, locate
+from .discovery import Located, Root, SessionEntry
 from .errors import DshForkError, Partial
 from .generations import Generation
-from .layout import resolve_root
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
@@ -481,13 +480,19 @@ def lineage(
     return result
 
 
-def lineage_arg(
-    arg: str | None, root_option: str | None, *, env: Mapping[str, str] | None = None
+def lineage_of(
+    scope: Root | Located,
+    *,
+    session: str | None = None,
+    detail: bool = True,
+    hook: LogHook | None = None,
 ) -> Lineage:
-    """Resolve an optional SESSION argument and build its lineage (the ``tree`` command)."""
-    if arg is None:
-        return lineage(Root(resolve_root(root_option, env)))
-    located = locate(arg, root_option, env)
-    found = lineage(located.root, session_dir=located.session_dir, session=arg)
-    found.warnings[:0] = located.warnings
+    """The lineage of a whole root, or of the family of a located ``session`` (the lookup's
+    warnings first): what ``tree`` shows and ``du`` measures."""
+    if isinstance(scope, Root):
+        return lineage(scope, detail=detail, hook=hook)
+    found = lineage(
+        scope.root, session_dir=scope.session_dir, session=session, detail=detail, hook=hook
+    )
+    found.warnings[:0] = scope.warnings
     return found

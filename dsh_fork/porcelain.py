@@ -2,8 +2,9 @@
 
 The CLI parses its arguments into one call here and renders the result it gets back; every
 function returns a typed result of the protocol in ``results`` (or raises a typed error).
-Commands over a whole root (list, doctor, relink --all) refuse a root that cannot be one
-(``lookup.check_root``); commands given a SESSION get the same check through the lookup.
+Commands over a whole root (list, doctor, relink --all; tree and du without SESSION) refuse
+a root that cannot be one (``lookup.check_root``); commands given a SESSION get the same
+check through the lookup.
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from .lookup import check_root
 
 if TYPE_CHECKING:  # each command imports only the library it runs
     from .agents import AgentTree
+    from .diff import DiffResult
+    from .discovery import Located, Root
     from .doctor import DoctorReport
+    from .du import DiskUsage
     from .export import ExportResult
     from .fixtures import FixtureSummary
     from .fork import ForkResult
     from .importer import ImportResult
     from .inspect import InspectReport
+    from .lineage import Lineage
     from .listing import SessionList
     from .relink import RelinkAllResult, RelinkSummary
 
@@ -164,6 +169,46 @@ def list_sessions(
 
     start = None if since is None else parse_since(since, now_ms)
     return list_root(Root(ctx.whole_root()), project=project, kinds=kinds, since=start)
+
+
+def _scope(ctx: Context, session: str | None) -> Root | Located:
+    """What ``tree`` and ``du`` read: the whole root (checked), or SESSION's family."""
+    from .discovery import Root, locate
+
+    if session is None:
+        return Root(ctx.whole_root())
+    return locate(session, ctx.root_option, ctx.env)
+
+
+TREE_FORMATS = ("text", "mermaid", "dot")
+
+
+def tree(ctx: Context, session: str | None, *, fmt: str = "text", as_json: bool = False) -> Lineage:
+    """``tree``: the lineage; ``--format mermaid|dot`` is a picture's source, which has no
+    JSON document, so it is refused beside ``--json`` rather than silently dropped."""
+    from .lineage import lineage_of
+
+    if fmt not in TREE_FORMATS:
+        raise UsageError(f"unknown --format {fmt!r}: give one of {', '.join(TREE_FORMATS)}")
+    if as_json and fmt != "text":
+        raise UsageError(
+            f"--format {fmt} prints a picture's source, not a JSON document; "
+            "give --format or --json, not both"
+        )
+    return lineage_of(_scope(ctx, session), session=session)
+
+
+def diff(ctx: Context, a: str, b: str) -> DiffResult:
+    from .diff import diff as diff_sessions
+    from .discovery import locate
+
+    return diff_sessions(locate(a, ctx.root_option, ctx.env), locate(b, ctx.root_option, ctx.env))
+
+
+def du(ctx: Context, session: str | None, *, top: int | None) -> DiskUsage:
+    from .du import disk_usage_of
+
+    return disk_usage_of(_scope(ctx, session), session=session, top=top)
 
 
 def fixture(out_root: Path, **options: Any) -> FixtureSummary:

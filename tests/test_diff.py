@@ -8,9 +8,9 @@ import pytest
 from conftest import run_cli, tree_digest
 from lineagekit import Family, build_family
 
-from dsh_fork.diff import diff_args
+from dsh_fork import porcelain
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.lineage import lineage_arg
+from dsh_fork.porcelain import Context
 
 
 @pytest.fixture(params=[True, False], ids=["relinked", "not relinked"])
@@ -38,7 +38,7 @@ def test_a_fork_and_its_parent_split_at_the_forks_cut(family: Family) -> None:
 
 
 def test_the_parent_side_names_the_turn_the_split_falls_in(family: Family) -> None:
-    result = diff_args(family.top, family.fork_a, str(family.root))
+    result = porcelain.diff(Context.of(str(family.root)), family.top, family.fork_a)
     assert result.relation == "B is a fork of A"
     assert result.first_difference == family.cuts[family.fork_a] + 1
     assert result.a.split_type == "turn/start"
@@ -49,7 +49,7 @@ def test_the_parent_side_names_the_turn_the_split_falls_in(family: Family) -> No
 
 
 def test_sibling_forks_split_where_the_shorter_prefix_ends(family: Family) -> None:
-    result = diff_args(family.fork_a, family.fork_b, str(family.root))
+    result = porcelain.diff(Context.of(str(family.root)), family.fork_a, family.fork_b)
     assert result.relation == "siblings (same parent)"
     assert result.common == family.cuts[family.fork_a] + 1
     assert result.a.split_type == "session/end-seed"
@@ -62,17 +62,17 @@ def test_sibling_forks_split_where_the_shorter_prefix_ends(family: Family) -> No
 
 def test_subagents_are_listed_on_each_side(root: Path) -> None:
     family = build_family(root, relinked=True)
-    result = diff_args(family.fork_a, family.top, str(root))
+    result = porcelain.diff(Context.of(str(root)), family.fork_a, family.top)
     labels_a = sorted(a["label"] for a in result.a.to_json()["subagents"])
     labels_b = sorted(a["label"] for a in result.b.to_json()["subagents"])
     assert labels_a == labels_b == ["agent 1", "agent 2"]
-    assert all(a["copyOf"] for a in result.a.subagents)
-    assert not any(a["copyOf"] for a in result.b.subagents)
+    assert all(a.copy_of for a in result.a.subagents)
+    assert not any(a.copy_of for a in result.b.subagents)
 
 
 def test_a_copy_and_its_original_split_at_the_copys_cut(root: Path) -> None:
     family = build_family(root, relinked=True)
-    found = lineage_arg(None, str(root))
+    found = porcelain.tree(Context.of(str(root)), None)
     copies = [n for n in found.nodes() if n.kind == "copy"]
     assert copies
     for copy in copies:

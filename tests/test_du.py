@@ -11,10 +11,12 @@ from conftest import run_cli, tree_digest
 from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots
 
 from dsh_fork import frames as zframes
+from dsh_fork import porcelain
 from dsh_fork.discovery import Root
-from dsh_fork.du import disk_usage_arg, inherited_bytes
+from dsh_fork.du import inherited_bytes
 from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.generations import list_generations
+from dsh_fork.porcelain import Context
 from dsh_fork.reader import open_log
 
 
@@ -76,7 +78,7 @@ def test_the_frame_holding_the_cut_is_shared_in_proportion(root: Path, clock: Cl
     expected = first.size + second.size * len(below) // len(plain)
     log = open_log(list_generations(path.parent)[-1])
     assert inherited_bytes(log, 12) == expected
-    usage = disk_usage_arg("fork", str(root))
+    usage = porcelain.du(Context.of(str(root)), "fork", top=None)
     mine = next(u for u in usage.sessions if u.id == "fork")
     assert mine.inherited == expected
     assert mine.own == len(data) - expected
@@ -88,7 +90,7 @@ def test_an_orphan_forks_prefix_is_not_shareable(root: Path) -> None:
     shutil.rmtree(Root(root).find(family.top))
     for sub in [d for d in root.glob("*/*") if d.name.startswith("session-")]:
         shutil.rmtree(sub)  # the top and its subagents are gone; the forks remain
-    usage = disk_usage_arg(None, str(root))
+    usage = porcelain.du(Context.of(str(root)), None, top=None)
     by_id = {u.id: u for u in usage.sessions}
     assert by_id[family.fork_a].inherited and by_id[family.fork_a].saving == 0
     assert by_id[family.fork_aa].saving == by_id[family.fork_aa].inherited  # its parent is here
@@ -112,8 +114,8 @@ def test_a_session_argument_measures_its_family_only(root: Path, clock: Clock) -
     other = SessionSpec(id="lonely", created_at=clock(), cwd="/elsewhere")
     other.turn(clock, "unrelated")
     other.publish(root)
-    whole = disk_usage_arg(None, str(root))
-    one = disk_usage_arg(family.fork_b, str(root))
+    whole = porcelain.du(Context.of(str(root)), None, top=None)
+    one = porcelain.du(Context.of(str(root)), family.fork_b, top=None)
     assert whole.total.sessions == one.total.sessions + 1
     assert [f.name for f in one.families] == [family.top]
     assert "lonely" not in {u.id for u in one.sessions}
@@ -144,7 +146,7 @@ def test_an_unreadable_session_is_named_and_still_measured(root: Path, clock: Cl
 @pytest.mark.parametrize("name", FOREIGN_ROOTS)
 def test_foreign_roots_add_up(name: str) -> None:
     source = foreign_roots(name)
-    usage = disk_usage_arg(None, str(source))
+    usage = porcelain.du(Context.of(str(source)), None, top=None)
     for item in usage.sessions:
         session_dir = source / item.path
         generation = list_generations(session_dir)
@@ -173,7 +175,7 @@ def test_a_generated_root_with_every_oddity_adds_up(root: Path) -> None:
         old_generation=1,
         seed=5,
     )
-    usage = disk_usage_arg(None, str(root))
+    usage = porcelain.du(Context.of(str(root)), None, top=None)
     assert usage.total.bytes == files_under(root)
     for item in usage.sessions:
         assert item.inherited is not None

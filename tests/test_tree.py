@@ -9,11 +9,13 @@ import pytest
 from conftest import run_cli, tree_digest
 from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots, relink_fork, turn_ends
 
+from dsh_fork import porcelain
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.generations import list_generations
 from dsh_fork.layout import project_dir_name
-from dsh_fork.lineage import PLACED_AT_TOP, Lineage, Node, lineage, lineage_arg
+from dsh_fork.lineage import PLACED_AT_TOP, Lineage, Node, lineage
+from dsh_fork.porcelain import Context
 from dsh_fork.reader import read_header
 from dsh_fork.tree import dot, mermaid, plain_lines
 
@@ -63,7 +65,7 @@ def family(request: pytest.FixtureRequest, root: Path) -> Family:
 def test_a_family_with_forks_of_forks_shows_every_session_once_with_its_kind(
     family: Family,
 ) -> None:
-    found = lineage_arg(None, str(family.root))
+    found = porcelain.tree(Context.of(str(family.root)), None)
     assert_every_session_once(family.root, found)
     nodes = by_id(found)
     assert [top.id for top in found.tops] == [family.top]
@@ -90,7 +92,7 @@ def test_a_family_with_forks_of_forks_shows_every_session_once_with_its_kind(
 
 def test_copies_hang_under_their_fork_and_name_their_originals(root: Path) -> None:
     family = build_family(root, relinked=True)
-    found = lineage_arg(family.fork_aa, str(root))
+    found = porcelain.tree(Context.of(str(root)), family.fork_aa)
     nodes = by_id(found)
     aa_copies = nodes[family.fork_aa].children
     assert [c.label for c in aa_copies] == ["agent 1", "agent 2"]
@@ -112,10 +114,10 @@ def test_a_session_argument_shows_only_its_family(root: Path, clock: Clock) -> N
     other = SessionSpec(id="lonely", created_at=clock(), cwd="/elsewhere")
     other.turn(clock, "unrelated")
     other.publish(root)
-    whole = lineage_arg(None, str(root))
+    whole = porcelain.tree(Context.of(str(root)), None)
     assert sorted(t.id for t in whole.tops) == sorted([family.top, "lonely"])
     assert by_id(whole)["lonely"].turns is None  # no relatives: its header alone is read
-    one = lineage_arg(family.fork_aa, str(root))
+    one = porcelain.tree(Context.of(str(root)), family.fork_aa)
     assert [t.id for t in one.tops] == [family.top]
     assert "lonely" not in by_id(one)
     assert by_id(one)[family.top].title is not None
@@ -226,7 +228,7 @@ def test_mermaid_of_a_relinked_family_matches_the_golden_file(root: Path) -> Non
 
 def test_dot_and_mermaid_draw_the_same_graph(root: Path) -> None:
     build_family(root, relinked=False)
-    found = lineage_arg(None, str(root))
+    found = porcelain.tree(Context.of(str(root)), None)
     text = mermaid(found)
     graph = dot(found)
     count = len(list(found.nodes()))
@@ -236,10 +238,24 @@ def test_dot_and_mermaid_draw_the_same_graph(root: Path) -> None:
     assert len(list(plain_lines(found))) == count
 
 
-def test_an_empty_or_absent_root_has_no_sessions(tmp_path: Path) -> None:
-    result = run_cli("tree", "--root", tmp_path / "nothing")
+def test_an_empty_root_has_no_sessions(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = run_cli("tree", "--root", tmp_path / "empty")
     assert result.exit_code == 0
-    assert result.stdout.startswith("no sessions in")
+    assert result.stdout == f"no sessions in {tmp_path / 'empty'}\n"
+
+
+@pytest.mark.parametrize("command", ["tree", "du"])
+def test_an_absent_root_or_a_dsh_home_is_usage_as_for_list(tmp_path: Path, command: str) -> None:
+    (tmp_path / "home" / "sessions").mkdir(parents=True)
+
+    absent = run_cli(command, "--root", tmp_path / "nothing")
+    home = run_cli(command, "--root", tmp_path / "home")
+
+    assert absent.exit_code == home.exit_code == 2
+    assert absent.stderr.startswith(f"Error: the sessions root {tmp_path / 'nothing'} does not")
+    assert home.stderr.startswith(f"Error: {tmp_path / 'home'} is a DSH home, not a sessions root")
+    assert absent.stdout == home.stdout == ""
 
 
 def test_an_unknown_session_is_session_not_found(root: Path) -> None:
@@ -251,7 +267,7 @@ def test_an_unknown_session_is_session_not_found(root: Path) -> None:
 @pytest.mark.parametrize("name", FOREIGN_ROOTS)
 def test_foreign_roots_show_every_session_once(name: str, tmp_path: Path) -> None:
     source = foreign_roots(name)
-    found = lineage_arg(None, str(source))
+    found = porcelain.tree(Context.of(str(source)), None)
     assert_every_session_once(source, found)
     for node in found.nodes():
         generation = node.generation
@@ -282,7 +298,7 @@ SEEDED = {
 @pytest.mark.parametrize("name", sorted(SEEDED))
 def test_subagents_dsh_seeded_are_seeded_subagents_with_their_cut(name: str) -> None:
     child, cut, parent = SEEDED[name]
-    found = lineage_arg(None, str(foreign_roots(name)))
+    found = porcelain.tree(Context.of(str(foreign_roots(name))), None)
     node = by_id(found)[child]
     assert (node.kind, node.cut, node.parent, node.copy_of) == (
         "seeded-subagent",
@@ -302,7 +318,7 @@ def test_a_terminal_gets_a_rich_tree_with_every_session(root: Path) -> None:
     from dsh_fork.cli.tree import _render
 
     build_family(root, relinked=True)
-    found = lineage_arg(None, str(root))
+    found = porcelain.tree(Context.of(str(root)), None)
     out = Out(json_mode=False)
     out.tty = True
     buffer = io.StringIO()
@@ -337,7 +353,7 @@ def test_a_generated_root_with_chains_of_forks_and_every_oddity(root: Path, reli
         old_generation=1,
         seed=5,
     )
-    found = lineage_arg(None, str(root))
+    found = porcelain.tree(Context.of(str(root)), None)
     assert_every_session_once(root, found)
     nodes = list(found.nodes())
     forks = [n for n in nodes if n.kind == "fork"]

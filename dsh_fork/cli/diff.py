@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
+from .base import JSON_HELP, ROOT_HELP, SESSION_HELP, Out, app, emit, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..diff import DiffResult, DiffSide
@@ -45,9 +45,9 @@ def _agents(out: Out, name: str, side: DiffSide) -> None:
         return
     out.line(f"subagents of {name}: {len(side.subagents)}")
     for agent in side.subagents:
-        label = f" {agent['label']!r}" if agent["label"] else ""
-        copy = f"  copy of {agent['copyOf']}" if agent["copyOf"] else ""
-        out.line(f"  {agent['id']}{label}{copy}")
+        label = f" {agent.label!r}" if agent.label else ""
+        copy = f"  copy of {agent.copy_of}" if agent.copy_of else ""
+        out.line(f"  {agent.id}{label}{copy}")
 
 
 def _render(out: Out, result: DiffResult) -> None:
@@ -78,8 +78,8 @@ def _render(out: Out, result: DiffResult) -> None:
 
 @app.command("diff", short_help="Where two sessions part, and what each did after (read-only).")
 def diff_command(
-    a: str = typer.Argument(..., metavar="A", help="Session id, dir or log file."),
-    b: str = typer.Argument(..., metavar="B", help="Session id, dir or log file."),
+    a: str = typer.Argument(..., metavar="A", help=SESSION_HELP),
+    b: str = typer.Argument(..., metavar="B", help=SESSION_HELP),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -89,8 +89,10 @@ def diff_command(
 
     Example: dsh-fork diff my-branch session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a
     """
-    from ..diff import diff_args
+    from .. import porcelain
 
     out = Out(json_mode)
-    result = run(out, lambda: diff_args(a, b, root_of(root)))
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    result = run(out, lambda: porcelain.diff(ctx, a, b), where=ctx.root)
     emit(out, result, _render)

@@ -59,7 +59,9 @@ def _render(out: Out, usage: DiskUsage) -> None:
 @app.command("du", short_help="Bytes on disk per session and family: inherited and own bytes.")
 def du_command(
     session: str | None = typer.Argument(
-        None, metavar="[SESSION]", help="Measure only the family of this session."
+        None,
+        metavar="[SESSION]",
+        help="Measure only the family of this session (id or unique prefix, dir or log).",
     ),
     top: int | None = typer.Option(
         None, "--top", min=1, metavar="N", help=f"Show the N largest (default {DEFAULT_TOP})."
@@ -72,8 +74,10 @@ def du_command(
 
     Example: dsh-fork du --top 5
     """
-    from ..du import disk_usage_arg
+    from .. import porcelain
 
     out = Out(json_mode)
-    usage = run(out, lambda: disk_usage_arg(session, root_of(root), top=top))
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    usage = run(out, lambda: porcelain.du(ctx, session, top=top), where=ctx.root)
     emit(out, usage, _render)

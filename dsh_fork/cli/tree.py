@@ -67,7 +67,9 @@ def _render(out: Out, lineage: Lineage) -> None:
 @app.command("tree", short_help="The fork family as a tree: forks, subagents and copies.")
 def tree_command(
     session: str | None = typer.Argument(
-        None, metavar="[SESSION]", help="Show only the family of this session (id, dir or log)."
+        None,
+        metavar="[SESSION]",
+        help="Show only the family of this session (id or unique prefix, dir or log).",
     ),
     fmt: Format = typer.Option(
         Format.text, "--format", help="text (default), mermaid or dot (a picture's source)."
@@ -77,16 +79,24 @@ def tree_command(
 ) -> None:
     """Show forks, subagents and copies as a tree (read-only).
 
+    --format mermaid|dot prints a picture's source (text); it cannot be combined with --json.
+
     Forks show where they were cut (seq and turn), copies the subagent they were copied from;
     orphans, self-parents, cycles and unreadable sessions are flagged, never fatal.
 
     Example: dsh-fork tree session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --format mermaid
     """
-    from ..lineage import lineage_arg
+    from .. import porcelain
 
     out = Out(json_mode)
-    lineage = run(out, lambda: lineage_arg(session, root_of(root)))
-    if fmt is Format.text or json_mode:
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    lineage = run(
+        out,
+        lambda: porcelain.tree(ctx, session, fmt=fmt.value, as_json=json_mode),
+        where=ctx.root,
+    )
+    if fmt is Format.text:
         emit(out, lineage, _render)
         return
     from ..tree import dot, mermaid
