@@ -16,10 +16,11 @@ from typing import Any
 
 from .agents import list_agents
 from .discovery import Located
-from .errors import Partial
+from .lineage import Kind, header_kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import SessionLog, open_log
+from .results import ReadOnly
 from .turns import TurnSummary, turn_containing, turn_summaries
 
 
@@ -51,7 +52,7 @@ class DiffSide:
 
     id: str
     path: Path
-    kind: str
+    kind: Kind
     parent: str | None
     event_count: int
     cut: int
@@ -77,7 +78,7 @@ class DiffSide:
 
 
 @dataclass
-class DiffResult:
+class DiffResult(ReadOnly):
     a: DiffSide
     b: DiffSide
     relation: str
@@ -93,10 +94,6 @@ class DiffResult:
     def first_difference(self) -> int | None:
         """The first seq that differs or exists on one side only; None when identical."""
         return None if self.identical else self.common
-
-    def partial(self) -> Partial | None:
-        """Read-only and whole: never partial (unreadable sessions are items of the result)."""
-        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,13 +125,11 @@ def common_prefix(a: SessionLog, b: SessionLog) -> int:
     return sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
 
 
-def _kind(log: SessionLog) -> str:
-    header = log.header
-    if header.parent_session is None:
-        return "root"
-    if header.origin == "subagent":  # a relink copy or a subagent DSH seeded: the header alone
-        return "seeded subagent" if header.is_seeded else "subagent"  # cannot tell them apart
-    return "fork" if header.is_seeded else "linked"
+def _kind(log: SessionLog) -> Kind:
+    """``tree``'s kind by header; a seeded subagent stays ``seeded-subagent`` here (whether it
+    is a copy of some original is the relation's question, not the side's)."""
+    kind = header_kind(log.header)
+    return "seeded-subagent" if kind == "copy" else kind
 
 
 def _relation(a: SessionLog, b: SessionLog, a_logged: Logged) -> str:
@@ -142,9 +137,9 @@ def _relation(a: SessionLog, b: SessionLog, a_logged: Logged) -> str:
     if ha.id == hb.id:
         return "same id"
     if ha.parent_session == hb.id:
-        return f"A is a {_kind(a)} of B"
+        return f"A is a {_kind(a).replace('-', ' ')} of B"
     if hb.parent_session == ha.id:
-        return f"B is a {_kind(b)} of A"
+        return f"B is a {_kind(b).replace('-', ' ')} of A"
     if ha.parent_session is not None and ha.parent_session == hb.parent_session:
         return "siblings (same parent)"
     if is_copy_of(a_logged, b):

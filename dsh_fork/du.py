@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from .discovery import Located, Root
-from .errors import Partial
 from .generations import parse_name
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .reader import FramedLog, SessionLog
+from .results import ReadOnly
 
 
 @dataclass
@@ -104,7 +104,7 @@ class Group:
 
 
 @dataclass
-class DiskUsage:
+class DiskUsage(ReadOnly):
     root: Path
     session: str | None
     sessions: list[SessionUsage]
@@ -120,10 +120,6 @@ class DiskUsage:
         for usage in self.sessions:
             total.add(usage)
         return total
-
-    def partial(self) -> Partial | None:
-        """Read-only and whole: never partial (unreadable sessions are items of the result)."""
-        return None
 
     def to_json(self) -> dict[str, Any]:
         limit = self.top

@@ -35,7 +35,7 @@ from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
-from .model import Facts, OpenTurnInfo, derive
+from .model import TURN_TYPES, Facts, OpenTurnInfo, derive
 from .reader import SessionLog, open_log
 from .times import iso_ms
 from .workspace import moved_workspace
@@ -43,7 +43,6 @@ from .workspace import moved_workspace
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
     from .relink import ForkPoint, RelinkSummary
 
-TURN_TYPES = ("turn/start", "turn/end")
 PRESET_TYPE = "agent-preset/selected"
 CATALOG_TYPE = "subagent/catalog"
 MAX_SEGMENT_BYTES = 255
@@ -226,6 +225,7 @@ def fork_session(
     child_id: str | None,
     agents: bool,
     dry_run: bool,
+    turn: int | None = None,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
@@ -235,9 +235,17 @@ def fork_session(
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
 
-    ``oplog_path`` defaults to the contract's location for ``root_option`` (semantics §2.1).
+    The boundary is a seq (``at``) or the end of a turn (``turn``, as ``inspect --turns``
+    numbers them), never both. ``oplog_path`` defaults to the contract's location for
+    ``root_option`` (semantics §2.1).
     """
+    if turn is not None and at is not None:
+        raise UsageError("give either --at SEQ or --turn N, not both")
     source = locate(source_arg, root_option, env)
+    if turn is not None:
+        from .turns import boundary_of_turn
+
+        at = boundary_of_turn(open_log(source.generation, collect=TURN_TYPES), turn)
     return fork(
         source.root,
         source,

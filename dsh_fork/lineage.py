@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .discovery import Located, Root, SessionEntry
-from .errors import DshForkError, Partial
+from .errors import DshForkError
 from .generations import Generation
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
+from .records import Header
+from .results import ReadOnly
 
 Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
 KINDS: tuple[Kind, ...] = (
@@ -141,7 +143,7 @@ class Edge:
 
 
 @dataclass
-class Lineage:
+class Lineage(ReadOnly):
     """The forest of a root (or of one family): top nodes with their descendants."""
 
     root: Path
@@ -178,10 +180,6 @@ class Lineage:
     def unreadable(self) -> list[Node]:
         return [node for node in self.nodes() if node.kind == "unreadable"]
 
-    def partial(self) -> Partial | None:
-        """Read-only and whole: never partial (unreadable sessions are items of the result)."""
-        return None
-
     def to_json(self) -> dict[str, Any]:
         return {
             "root": str(self.root),
@@ -197,15 +195,18 @@ class Lineage:
 # -- building the forest --------------------------------------------------------------------
 
 
-def _kind(entry: SessionEntry) -> Kind:
-    header = entry.header
-    if header is None:
-        return "unreadable"
+def header_kind(header: Header) -> Kind:
+    """A session's kind from its header alone: a seeded subagent is a ``copy`` until matching
+    finds no original (then ``seeded-subagent``)."""
     if header.parent_session is None:
         return "root"
     if header.origin == "subagent":
         return "copy" if header.is_seeded else "subagent"
     return "fork" if header.is_seeded else "linked"
+
+
+def _kind(entry: SessionEntry) -> Kind:
+    return "unreadable" if entry.header is None else header_kind(entry.header)
 
 
 def _node(entry: SessionEntry) -> Node:

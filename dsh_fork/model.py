@@ -14,6 +14,9 @@ from . import inbox
 from .reader import SessionLog, TornTail
 from .records import Event, Header, dig, nonneg_int
 
+TURN_TYPES = ("turn/start", "turn/end")
+"""The events that open and close a turn (what a fork boundary is checked against)."""
+
 MODEL_TYPES = frozenset(
     (
         "turn/start",

@@ -74,27 +74,11 @@ def fork(
     queued input."""
     from .fork import fork_session
 
-    if turn is not None:
-        if at is not None:
-            raise UsageError("give either --at SEQ or --turn N, not both")
-        from .turns import fork_at_turn
-
-        return fork_at_turn(
-            source,
-            ctx.root_option,
-            turn=turn,
-            child_id=child_id,
-            agents=agents,
-            dry_run=dry_run,
-            env=ctx.env,
-            oplog_path=ctx.oplog,
-            cwd=cwd,
-            drop_inbox=drop_inbox,
-        )
     return fork_session(
         source,
         ctx.root_option,
         at=at,
+        turn=turn,
         child_id=child_id,
         agents=agents,
         dry_run=dry_run,

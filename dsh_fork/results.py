@@ -28,6 +28,14 @@ class Result(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
 
+class ReadOnly:
+    """A result that is read in one go: it succeeds whole or fails with one error, so it is
+    never partial (a session it cannot read is an item of the result, named there)."""
+
+    def partial(self) -> Partial | None:
+        return None
+
+
 def document(result: Result, partial: Partial | None = None) -> dict[str, Any]:
     """The ``--json`` document of a result (with its PARTIAL error, when there is one)."""
     out: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, **result.to_json()}

@@ -9,20 +9,17 @@ parsed (``SUMMARY_TYPES``), one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .discovery import Located, locate
 from .errors import InvalidBoundary, OpenTurn
-from .ids import ClockMs, IdFactory, new_session_id, now_ms
-from .layout import oplog_path as default_oplog_path
-from .reader import SessionLog, open_log
+from .model import TURN_TYPES
+from .reader import SessionLog
 from .records import Event, dig
 
 if TYPE_CHECKING:
-    from .fork import ForkResult
+    pass
 
 SUMMARY_TYPES = (
     "turn/start",
@@ -171,9 +168,6 @@ def turn_containing(turns: list[TurnSummary], seq: int) -> TurnSummary | None:
 # -- fork --turn ----------------------------------------------------------------------------
 
 
-TURN_TYPES = ("turn/start", "turn/end")
-
-
 def boundary_of_turn(log: SessionLog, turn: int) -> int:
     """The ``turn/end`` seq of turn ``turn`` (1-based; negative counts back over the
     completed turns: -1 is the last one). A turn that does not exist is INVALID_BOUNDARY, an
@@ -210,38 +204,3 @@ def boundary_of_turn(log: SessionLog, turn: int) -> int:
             session=session,
         )
     return chosen.end_seq
-
-
-def fork_at_turn(
-    source_arg: str,
-    root_option: str | None,
-    *,
-    turn: int,
-    child_id: str | None,
-    agents: bool,
-    dry_run: bool,
-    env: Mapping[str, str] | None = None,
-    clock: ClockMs = now_ms,
-    new_id: IdFactory = new_session_id,
-    oplog_path: Path | None = None,
-    cwd: str | None = None,
-    drop_inbox: bool = False,
-) -> ForkResult:
-    """``fork --turn N``: resolve the turn to its ``turn/end`` seq, then fork there (``--at``)."""
-    from .fork import fork
-
-    source: Located = locate(source_arg, root_option, env)
-    at = boundary_of_turn(open_log(source.generation, collect=TURN_TYPES), turn)
-    return fork(
-        source.root,
-        source,
-        at=at,
-        child_id=child_id,
-        agents=agents,
-        dry_run=dry_run,
-        clock=clock,
-        new_id=new_id,
-        oplog_path=oplog_path or default_oplog_path(root_option, env),
-        cwd=cwd,
-        drop_inbox=drop_inbox,
-    )

@@ -208,6 +208,13 @@ def session_argument(help_text: str, metavar: str = "SESSION") -> Any:
     return typer.Argument(..., metavar=metavar, help=help_text, autocompletion=complete_session)
 
 
+def family_argument(help_text: str) -> Any:
+    """The optional SESSION of ``tree`` and ``du``: without it the whole root is read."""
+    return typer.Argument(
+        None, metavar="[SESSION]", help=help_text, autocompletion=complete_session
+    )
+
+
 SESSION_HELP = "Session id (or a unique prefix of one), session dir, or log file."
 
 KEEP_WHOLE = frozenset(

@@ -6,7 +6,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, SESSION_HELP, Out, app, emit, iso, root_of, run
+from .base import (
+    JSON_HELP,
+    ROOT_HELP,
+    SESSION_HELP,
+    Out,
+    app,
+    emit,
+    iso,
+    root_of,
+    run,
+    session_argument,
+)
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..diff import DiffResult, DiffSide
@@ -78,8 +89,8 @@ def _render(out: Out, result: DiffResult) -> None:
 
 @app.command("diff", short_help="Where two sessions part, and what each did after (read-only).")
 def diff_command(
-    a: str = typer.Argument(..., metavar="A", help=SESSION_HELP),
-    b: str = typer.Argument(..., metavar="B", help=SESSION_HELP),
+    a: str = session_argument(SESSION_HELP, metavar="A"),
+    b: str = session_argument(SESSION_HELP, metavar="B"),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:

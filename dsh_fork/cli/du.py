@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..du import DiskUsage, Group
@@ -58,10 +58,8 @@ def _render(out: Out, usage: DiskUsage) -> None:
 
 @app.command("du", short_help="Bytes on disk per session and family: inherited and own bytes.")
 def du_command(
-    session: str | None = typer.Argument(
-        None,
-        metavar="[SESSION]",
-        help="Measure only the family of this session (id or unique prefix, dir or log).",
+    session: str | None = family_argument(
+        "Measure only the family of this session (id or unique prefix, dir or log)."
     ),
     top: int | None = typer.Option(
         None, "--top", min=1, metavar="N", help=f"Show the N largest (default {DEFAULT_TOP})."

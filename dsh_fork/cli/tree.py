@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, printable, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, printable, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..lineage import Lineage, Node
@@ -66,10 +66,8 @@ def _render(out: Out, lineage: Lineage) -> None:
 
 @app.command("tree", short_help="The fork family as a tree: forks, subagents and copies.")
 def tree_command(
-    session: str | None = typer.Argument(
-        None,
-        metavar="[SESSION]",
-        help="Show only the family of this session (id or unique prefix, dir or log).",
+    session: str | None = family_argument(
+        "Show only the family of this session (id or unique prefix, dir or log)."
     ),
     fmt: Format = typer.Option(
         Format.text, "--format", help="text (default), mermaid or dot (a picture's source)."
