@@ -39,7 +39,9 @@ def json_of(*argv: str | Path, code: int = 0) -> dict[str, Any]:
 
 def test_every_schema_is_a_valid_json_schema() -> None:
     assert names() == [
+        "diff",
         "doctor",
+        "du",
         "error",
         "export",
         "fixture",
@@ -50,6 +52,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
         "list-agents",
         "relink",
         "relink-all",
+        "tree",
     ]
 
 
@@ -72,6 +75,77 @@ def test_every_command_prints_a_document_of_its_schema(
     check("fixture", json_of("fixture", tmp_path / "new" / "sessions", "--sessions", "1"))
 
 
+@pytest.fixture
+def family(root: Path) -> tuple[Path, str, list[str]]:
+    """A fixture root with forks of forks, relinked (copies beside the subagents): its top
+    session and its fork children."""
+    summary = generate(root, sessions=1, agents=1, turns=2, forks=2, relinked=True, seed=7)
+    return root, summary.top_level[0], summary.forks
+
+
+def test_the_lineage_commands_print_documents_of_their_schemas(
+    family: tuple[Path, str, list[str]],
+) -> None:
+    root, top, forks = family
+    prefix = top[: len("session-") + 6]  # SESSION arguments take a unique id prefix
+
+    whole = json_of("--root", root, "tree")
+    one = json_of("--root", root, "tree", prefix)
+    usage = json_of("--root", root, "du")
+    top_one = json_of("--root", root, "du", prefix, "--top", "1")
+    compared = json_of("--root", root, "diff", prefix, forks[0])
+    turns = json_of("--root", root, "inspect", prefix, "--turns")
+
+    for name, document in [
+        ("tree", whole),
+        ("tree", one),
+        ("du", usage),
+        ("du", top_one),
+        ("diff", compared),
+        ("inspect", turns),
+    ]:
+        check(name, document)
+    kinds = {node["kind"] for node in whole["nodes"]}
+    assert kinds == {"root", "fork", "subagent", "copy"}
+    assert one["session"] == prefix and one["nodes"][0]["id"] == top
+    assert any(edge["kind"] == "copy-of" for edge in whole["edges"])
+    assert len(top_one["sessions"]) == 1 and top_one["total"]["sessions"] == len(whole["nodes"])
+    assert compared["a"]["id"] == top and compared["relation"] == "B is a fork of A"
+    assert compared["firstDifferingSeq"] == compared["b"]["cut"]
+    assert [t["turn"] for t in turns["turnList"]] == [1, 2]
+
+
+def test_the_lineage_documents_refuse_what_their_schema_does_not_allow(
+    family: tuple[Path, str, list[str]],
+) -> None:
+    """The schemas are closed: a renamed field or an unknown kind is caught."""
+    root, top, forks = family
+    tree_doc = json_of("--root", root, "tree")
+    tree_doc["nodes"][0]["kind"] = "branch"
+    diff_doc = json_of("--root", root, "diff", top, forks[0])
+    diff_doc["a"]["subagents"][0]["copy_of"] = None
+    du_doc = json_of("--root", root, "du")
+    du_doc["total"].pop("shareable")
+    for name, document in [("tree", tree_doc), ("diff", diff_doc), ("du", du_doc)]:
+        with pytest.raises(AssertionError):
+            check(name, document)
+
+
+def test_tree_format_beside_json_is_usage(family: tuple[Path, str, list[str]]) -> None:
+    """A picture's source has no JSON document: --format mermaid|dot with --json is refused,
+    never dropped in silence; --format text is the document's own format."""
+    root, _, _ = family
+    for fmt in ("mermaid", "dot"):
+        document = json_of("--root", root, "tree", "--format", fmt, code=2)
+        check("error", document)
+        assert document["error"]["code"] == "USAGE"
+        assert document["error"]["message"].startswith(f"--format {fmt} prints a picture's")
+        assert run_cli("--root", root, "tree", "--format", fmt).exit_code == 0
+    check("tree", json_of("--root", root, "tree", "--format", "text"))
+    picture = run_cli("--root", root, "tree", "--format", "dot")
+    assert picture.stdout.startswith("digraph lineage {\n") and picture.stderr == ""
+
+
 def test_every_error_prints_the_error_schema(tree: tuple[Path, str]) -> None:
     root, top = tree
     cases: list[tuple[int, list[str | Path]]] = [
@@ -80,6 +154,12 @@ def test_every_error_prints_the_error_schema(tree: tuple[Path, str]) -> None:
         (5, ["--root", root, "fork", top, "--id", top]),
         (2, ["--root", root, "relink", top]),
         (2, ["--root", root / "nowhere", "doctor"]),
+        (2, ["--root", root / "nowhere", "tree"]),
+        (2, ["--root", root / "nowhere", "du"]),
+        (3, ["--root", root, "tree", "session-nobody"]),
+        (3, ["--root", root, "du", "session-nobody"]),
+        (3, ["--root", root, "diff", top, "session-nobody"]),
+        (3, ["--root", root / "nowhere", "diff", top, top]),
     ]
     for code, argv in cases:
         document = json_of(*argv, code=code)
@@ -89,7 +169,16 @@ def test_every_error_prints_the_error_schema(tree: tuple[Path, str]) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["inspect"], ["fork", "x", "--at", "abc"], ["relink", "--bogus"], ["no-such-command"]],
+    [
+        ["inspect"],
+        ["fork", "x", "--at", "abc"],
+        ["relink", "--bogus"],
+        ["no-such-command"],
+        ["tree", "--format", "png"],
+        ["du", "--top", "0"],
+        ["diff", "only-one"],
+        ["inspect", "x", "--turns", "3"],
+    ],
     ids=" ".join,
 )
 def test_a_parser_error_under_json_is_a_usage_document(argv: list[str]) -> None:
