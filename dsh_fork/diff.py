@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .agents import list_agents
+from .agents import AgentRow, list_agents
 from .discovery import Located
 from .lineage import Kind, header_kind
 from .model import MODEL_TYPES, facts_of
@@ -22,28 +22,6 @@ from .provenance import Logged, is_copy_of, normalized
 from .reader import SessionLog, open_log
 from .results import ReadOnly
 from .turns import TurnSummary, turn_containing, turn_summaries
-
-
-@dataclass(frozen=True)
-class DiffAgent:
-    """A subagent of one side, on disk: what it is called and which original it copies."""
-
-    id: str
-    label: str | None
-    copy_of: str | None
-    created_at: int | None
-    turns: int | None
-    flags: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "label": self.label,
-            "copyOf": self.copy_of,
-            "createdAt": self.created_at,
-            "turns": self.turns,
-            "flags": self.flags,
-        }
 
 
 @dataclass
@@ -60,7 +38,8 @@ class DiffSide:
     """Type of the event at the first differing seq (None: this side has no such event)."""
     split_turn: int | None
     tail: list[TurnSummary]
-    subagents: list[DiffAgent] = field(default_factory=list)
+    subagents: list[AgentRow] = field(default_factory=list)
+    """Its subagents on disk, as ``list-agents`` rows (one shape in both documents)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -157,11 +136,7 @@ def _side(located: Located, log: SessionLog, split: int) -> DiffSide:
     at_split = turn_containing(turns, split)
     tail = [turn for turn in turns if turn.last_seq >= split]
     agents = list_agents(located, recursive=False)
-    subagents = [
-        DiffAgent(row.id, row.label, row.copy_of, row.created_at, row.turns, row.flags)
-        for row in agents.children
-        if row.on_disk
-    ]
+    subagents = [row for row in agents.children if row.on_disk]
     return DiffSide(
         id=log.header.id,
         path=located.session_dir,

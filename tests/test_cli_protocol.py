@@ -123,7 +123,7 @@ def test_the_lineage_documents_refuse_what_their_schema_does_not_allow(
     tree_doc = json_of("--root", root, "tree")
     tree_doc["nodes"][0]["kind"] = "branch"
     diff_doc = json_of("--root", root, "diff", top, forks[0])
-    diff_doc["a"]["subagents"][0]["copy_of"] = None
+    diff_doc["b"]["kind"] = "copy"  # a side's kind is read from its header: never a copy
     du_doc = json_of("--root", root, "du")
     du_doc["total"].pop("shareable")
     for name, document in [("tree", tree_doc), ("diff", diff_doc), ("du", du_doc)]:
