@@ -24,8 +24,8 @@ from dsh_fork.layout import project_dir_name
 from dsh_fork.validation import validate_dir
 from dsh_fork.workspace import rebase_cwd
 
-MOVED = "/work/elsewhere"
-MOVED_DIR = "--work-elsewhere--"
+MOVED = "/srv/elsewhere"
+MOVED_DIR = "--srv-elsewhere--"
 
 
 def errors(session_dir: Path) -> list[str]:
