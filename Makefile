@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest demo bench clean fixtures
+.PHONY: test lint typecheck pytest demo bench bench-large clean fixtures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.run
+
+bench-large: $(STAMP)
+	$(BIN)/python -m tests.bench.run --large
 
 fixtures: $(STAMP)
 	rm -rf fixtures/example-home

@@ -1,0 +1,427 @@
+"""The cases of ``make bench``, in the order they run: each takes the bench, returns rows.
+
+To add a case, write a function ``(bench) -> list[Row]`` and list it in ``CASES``; build its
+data through the shared builders below (``big_log``, ``crowded``, ``wide``), which make each
+data set once per run, and judge goals with ``bench.judged`` (quick runs judge nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_log_file
+from dsh_fork.fork import fork_session
+from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
+from dsh_fork.layout import session_dir
+from dsh_fork.reader import open_log
+
+from .harness import (
+    SETTLE_S,
+    ArgvOf,
+    Bench,
+    Figures,
+    Profile,
+    Row,
+    busy_disk,
+    copies,
+    dsh,
+    loadavg,
+    log,
+    mb,
+    seconds,
+    shell,
+)
+
+TURNS_PER_MB = 455  # fixture turns of 250 words: about 2.2 KB of JSON lines each
+LOG_MB = {Profile.QUICK: (0.2,), Profile.DEFAULT: (10, 100), Profile.LARGE: (10, 100, 1000)}
+AGENTS = {Profile.QUICK: (20,), Profile.DEFAULT: (1000,), Profile.LARGE: (1000, 5000)}
+ROOTS = {Profile.QUICK: (200,), Profile.DEFAULT: (10_000, 100_000)}
+ROOTS[Profile.LARGE] = ROOTS[Profile.DEFAULT]
+
+
+def size_name(mbytes: float) -> str:
+    return f"{mbytes / 1000:g} GB" if mbytes >= 1000 else f"{mbytes:g} MB"
+
+
+def row(
+    bench: Bench,
+    case: str,
+    ours: str,
+    figures: Figures,
+    baseline: str,
+    ratio: str,
+    goal: str,
+    ok: bool | None,
+) -> Row:
+    judged = None if ok is None else bench.judged(ok)
+    return Row(case, ours, mb(figures), baseline, ratio, goal, judged, loadavg())
+
+
+# -- shared data ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BigLog:
+    root: Path
+    session_id: str
+    log: Path
+    json_mb: float
+
+
+def big_log(bench: Bench, mbytes: float) -> BigLog:
+    """One session of ``mbytes`` MB of JSON lines (about 22 % of that compressed), in frames of
+    about 64 KiB, with no subagents: what a long-running session looks like."""
+
+    def build() -> BigLog:
+        log(f"building a {size_name(mbytes)} log …")
+        root = bench.base / f"big-{mbytes:g}" / "sessions"
+        turns = max(10, int(mbytes * TURNS_PER_MB))
+        summary = generate(
+            root, sessions=1, agents=0, depth=0, turns=turns, words=250, frame_target=65536
+        )
+        path = next(root.glob(f"*/*/{CURRENT_NAME}"))
+        with path.open("rb") as fh:
+            reader = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+            plain = sum(iter(lambda: len(reader.read(1 << 22)), 0))
+        log(f"  {path.stat().st_size / 1e6:.2f} MB compressed, {plain / 1e6:.1f} MB of JSON")
+        return BigLog(root, summary.top_level[0], path, plain / 1e6)
+
+    built = bench.cached(f"big-{mbytes}", build)
+    assert isinstance(built, BigLog)
+    return built
+
+
+def two_turns(bench: Bench) -> BigLog:
+    """The smallest real fork: a session of two turns."""
+
+    def build() -> BigLog:
+        root = bench.base / "two-turns" / "sessions"
+        summary = generate(root, sessions=1, agents=0, depth=0, turns=2)
+        path = next(root.glob(f"*/*/{CURRENT_NAME}"))
+        return BigLog(root, summary.top_level[0], path, path.stat().st_size / 1e6)
+
+    built = bench.cached("two-turns", build)
+    assert isinstance(built, BigLog)
+    return built
+
+
+def drop_forks(root: Path) -> Callable[[], None]:
+    """Removes the children the timed forks made (untimed, between runs)."""
+
+    def drop() -> None:
+        for path in root.glob("*/bench-*"):
+            shutil.rmtree(path)
+
+    return drop
+
+
+def wide(bench: Bench, agents: int) -> tuple[Path, str]:
+    """A parent with ``agents`` small children (~20 events each) and a fork child of it made
+    with ``--no-agents``: relink's work is to copy every child under the fork."""
+    root = bench.base / f"wide-{agents}" / "sessions"
+    summary = generate(root, sessions=1, agents=agents, depth=1, turns=3, seed=3)
+    fork = "bench-fork"
+    fork_session(
+        summary.top_level[0], str(root), at=None, child_id=fork, agents=False, dry_run=False
+    )
+    return root, fork
+
+
+def filler(root: Path, count: int, seed: int) -> None:
+    """Unrelated small sessions spread over 100 project dirs, written directly (a fixture
+    root of 100,000 sessions through the durable writer would take minutes to build)."""
+    ids = Ids(seed)
+    clock = Clock()
+    for i in range(count):
+        spec = SessionSpec(id=ids(), created_at=clock(), cwd=f"/bench/filler-{i % 100}")
+        spec.turn(clock, "filler")
+        spec.flush()
+        where = session_dir(root, spec.id, spec.cwd)
+        write_log_file(where / CURRENT_NAME, spec.header_line(), spec.frame_plaintexts())
+        (where / LOCK_NAME).touch()
+
+
+def crowded(bench: Bench, total: int) -> tuple[Path, str]:
+    """A root of ``total`` sessions, one of them a parent with 50 subagents."""
+
+    def build() -> tuple[Path, str]:
+        log(f"building a root of {total} sessions …")
+        root = bench.base / f"crowded-{total}" / "sessions"
+        summary = generate(root, sessions=1, agents=50, depth=1, turns=2, seed=5)
+        filler(root, total - summary.sessions, seed=6)
+        os.sync()
+        return root, summary.top_level[0]
+
+    built = bench.cached(f"crowded-{total}", build)
+    assert isinstance(built, tuple)
+    return built
+
+
+def scan_floor(root: Path) -> list[str]:
+    """The floor of a listing: one listdir of each session dir and one read of its header."""
+    code = (
+        "import os,sys\n"
+        "r=sys.argv[1]\n"
+        "for p in os.listdir(r):\n"
+        "  pp=os.path.join(r,p)\n"
+        "  for s in os.listdir(pp):\n"
+        "    d=os.path.join(pp,s)\n"
+        "    os.listdir(d)\n"
+        f"    with open(os.path.join(d,{CURRENT_NAME!r}),'rb') as h: h.read(4096)\n"
+    )
+    return [sys.executable, "-c", code, str(root)]
+
+
+def middle_turn_end(path: Path) -> int:
+    """The ``turn/end`` nearest the middle of the log: a boundary inside a frame."""
+    generation = list_generations(path.parent)[-1]
+    ends = [ev.seq for ev in open_log(generation, collect=("turn/end",)).collected]
+    return ends[len(ends) // 2]
+
+
+# -- cases ----------------------------------------------------------------------------------
+
+
+def same(argv: Sequence[str]) -> ArgvOf:
+    """The same command for every run."""
+    return lambda i: argv
+
+
+def fork_argv(big: BigLog, extra: Sequence[str]) -> ArgvOf:
+    """A fork of the large session into a new child per run."""
+    return lambda i: dsh(big.root, "fork", big.session_id, "--id", f"bench-{i}", *extra)
+
+
+def relink_argv(targets: Sequence[Path], child: str) -> ArgvOf:
+    """relink of the fork child in run i's own prepared copy of the root."""
+    return lambda i: dsh(targets[i] / "sessions", "relink", child)
+
+
+def fork_startup(bench: Bench) -> tuple[Figures, Figures]:
+    """(``--version``, a two-turn fork): what every command pays before its real work."""
+
+    def measure() -> tuple[Figures, Figures]:
+        small = two_turns(bench)
+        version, _ = bench.pair(lambda i: [*dsh(small.root), "--version"], None)
+        fork, _ = bench.pair(
+            lambda i: dsh(small.root, "fork", small.session_id, "--id", f"bench-two-{i}"),
+            None,
+            between=drop_forks(small.root),
+        )
+        return version, fork
+
+    built = bench.cached("fork-startup", measure)
+    assert isinstance(built, tuple)
+    return built
+
+
+def zstd_startup(bench: Bench) -> float:
+    def measure() -> Figures:
+        small = two_turns(bench)
+        figures, _ = bench.pair(lambda i: ["zstd", "-dcq", str(small.log), "-o", os.devnull], None)
+        return figures
+
+    built = bench.cached("zstd-startup", measure)
+    assert isinstance(built, Figures)
+    return built.wall
+
+
+def startup(bench: Bench) -> list[Row]:
+    log("start-up …")
+    python, _ = bench.pair(lambda i: [sys.executable, "-c", "pass"], None)
+    version, fork = fork_startup(bench)
+    base = f"{seconds(python)} (python -c pass)"
+    rows = []
+    for case, figures, goal in (
+        ("start-up: --version", version, 0.040),
+        ("start-up: two-turn fork", fork, 0.055),
+    ):
+        rows.append(
+            row(
+                bench,
+                case,
+                seconds(figures),
+                figures,
+                base,
+                f"{figures.wall / python.wall:.2f}×",
+                f"≤ {goal * 1000:.0f} ms",
+                figures.wall <= goal,
+            )
+        )
+    return rows
+
+
+def forks(bench: Bench) -> list[Row]:
+    """fork as users run it (default: subagents too) and with ``--no-agents``, against
+    ``zstd -dc`` of the same log beyond start-up (a two-turn fork's time, zstd on a tiny log)."""
+    rows = []
+    _, fork_fixed = fork_startup(bench)
+    zstd_fixed = zstd_startup(bench)
+    for mbytes in LOG_MB[bench.profile]:
+        big = big_log(bench, mbytes)
+        size = size_name(mbytes)
+        zstd = ["zstd", "-dcq", str(big.log), "-o", os.devnull]
+        copy = big.root.parent / "cp-copy"
+        cp = ["cp", str(big.log), str(copy)]
+        judged = mbytes >= 100
+        mid = str(middle_turn_end(big.log)) if mbytes != 10 else None
+        variants: list[tuple[str, list[str]]] = [
+            (f"fork, {size} log", []),
+            (f"fork --no-agents, {size} log", ["--no-agents"]),
+        ]
+        if mid is not None:
+            variants.append((f"fork at a middle turn, {size} log", ["--at", mid]))
+        cp_figures, _ = bench.pair(same(cp), None)
+        copy.unlink()
+        for case, extra in variants:
+            log(f"{case} …")
+            ours, floor = bench.pair(
+                fork_argv(big, extra),
+                zstd,
+                between=drop_forks(big.root),
+            )
+            assert floor is not None
+            work = floor.wall - zstd_fixed
+            ratio = (ours.wall - fork_fixed.wall) / work if work > 0.01 else None
+            default = not extra
+            goal_ok = ratio is not None and ratio <= 1.2 and ours.rss_mb <= 100
+            rows.append(
+                row(
+                    bench,
+                    case,
+                    seconds(ours),
+                    ours,
+                    f"zstd -dc {seconds(floor)}; cp {seconds(cp_figures)}",
+                    "-" if ratio is None else f"{ratio:.2f}× beyond start-up",
+                    "≤ 1.2×, ≤ 100 MB" if default and judged else "report",
+                    goal_ok if default and judged else None,
+                )
+            )
+    return rows
+
+
+def inspects(bench: Bench) -> list[Row]:
+    rows = []
+    has_jq = shutil.which("jq") is not None and shutil.which("zstdcat") is not None
+    for mbytes in LOG_MB[bench.profile]:
+        big = big_log(bench, mbytes)
+        case = f"inspect, {size_name(mbytes)} log"
+        log(f"{case} …")
+        pipeline = f"zstdcat {big.log} | jq -c .type | sort | uniq -c > /dev/null"
+        ours, slow = bench.pair(
+            same(dsh(big.root, "inspect", big.session_id, "--json")),
+            shell(pipeline) if has_jq else None,
+        )
+        judged = mbytes <= 100 and slow is not None
+        ratio = "-" if slow is None else f"{ours.wall / slow.wall:.2f}×"
+        rows.append(
+            row(
+                bench,
+                case,
+                seconds(ours),
+                ours,
+                "jq not installed"
+                if slow is None
+                else f"{seconds(slow)} (zstdcat, jq -c .type, sort, uniq -c)",
+                ratio,
+                "≤ 0.5×" if judged else "report",
+                slow is not None and ours.wall / slow.wall <= 0.5 if judged else None,
+            )
+        )
+    return rows
+
+
+def relinks(bench: Bench) -> list[Row]:
+    """relink of a fork child onto N small subagents, on a quiet disk and with another process
+    keeping the disk busy; every run on its own copy of the root, prepared in advance."""
+    rows = []
+    quiet_rss: float | None = None
+    for agents in AGENTS[bench.profile]:
+        log(f"relink of {agents} agents …")
+        root, child = wide(bench, agents)
+        tree = root.parent
+        runs = bench.repeat + 1
+        prepared = copies(tree, 2 * runs + 1, settle_s=0 if bench.quick else SETTLE_S)
+        fresh = iter(prepared)
+
+        def settle() -> None:
+            os.sync()
+
+        def cp_argv(i: int, source: Path = prepared[-1]) -> list[str]:
+            return ["cp", "-a", str(source), str(source.with_name(f"{source.name}-cp{i}"))]
+
+        cp, _ = bench.pair(cp_argv, None)
+        for disk in ("quiet", "busy"):
+            targets = [next(fresh) for _ in range(runs)]
+
+            argv = relink_argv(targets, child)
+            if disk == "quiet":
+                ours, _ = bench.pair(argv, None, between=settle)
+            else:
+                with busy_disk(bench.base):
+                    ours, _ = bench.pair(argv, None)
+            rate = agents / ours.wall
+            floor = agents / cp.wall
+            goal = 1500 if disk == "quiet" else 400
+            goal_text = f"≥ {goal}/s"
+            ok = rate >= goal
+            if disk == "quiet":
+                if quiet_rss is not None:
+                    goal_text += ", RSS flat"
+                    ok = ok and ours.rss_mb <= quiet_rss + 20
+                else:
+                    quiet_rss = ours.rss_mb
+            rows.append(
+                row(
+                    bench,
+                    f"relink, {agents} agents, {disk} disk",
+                    f"{rate:.0f} agents/s",
+                    ours,
+                    f"cp -a {floor:.0f} agents/s (no fsync)",
+                    f"{rate / floor:.2f}×",
+                    goal_text,
+                    ok,
+                )
+            )
+        shutil.rmtree(tree)
+        for path in tree.parent.glob(f"{tree.name}-copy*"):
+            shutil.rmtree(path)
+    return rows
+
+
+def listings(bench: Bench) -> list[Row]:
+    rows = []
+    for total in ROOTS[bench.profile]:
+        root, parent = crowded(bench, total)
+        case = f"list-agents, {total} sessions"
+        log(f"{case} …")
+        ours, floor = bench.pair(same(dsh(root, "list-agents", parent, "--json")), scan_floor(root))
+        assert floor is not None
+        ratio = ours.wall / floor.wall
+        if total >= 100_000:
+            goal, ok = "≤ 1.3×", ratio <= 1.3
+        else:
+            goal, ok = "≤ 0.2 s", ours.wall <= 0.2
+        rows.append(
+            row(
+                bench,
+                case,
+                seconds(ours),
+                ours,
+                f"{seconds(floor)} (listdir + header read per dir)",
+                f"{ratio:.2f}×",
+                goal,
+                ok,
+            )
+        )
+    return rows
+
+
+CASES: tuple[Callable[[Bench], list[Row]], ...] = (startup, forks, inspects, relinks, listings)

@@ -1,0 +1,197 @@
+"""The measuring machinery of ``make bench``: runs, medians, prepared copies, table rows."""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+DSH_FORK = str(BIN / "dsh-fork")
+SETTLE_S = 1.0  # after a sync, before a timed run that writes: let writeback go quiet
+
+
+class Profile(enum.Enum):
+    QUICK = "quick"  # tiny data, nothing judged: the smoke run of the test suite
+    DEFAULT = "default"  # make bench
+    LARGE = "large"  # make bench-large: adds the 1 GB log and 5,000 agents
+
+
+@dataclass
+class Row:
+    """One line of the table; ``ok`` is None when nothing is judged (quick, or report only)."""
+
+    case: str
+    ours: str
+    rss: str
+    baseline: str
+    ratio: str
+    goal: str
+    ok: bool | None
+    load: str
+
+
+@dataclass(frozen=True)
+class Run:
+    wall: float
+    rss_mb: float
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Medians of one command's timed runs and the largest peak memory seen."""
+
+    wall: float
+    rss_mb: float
+
+    @staticmethod
+    def of(runs: Sequence[Run]) -> Figures:
+        return Figures(statistics.median(r.wall for r in runs), max(r.rss_mb for r in runs))
+
+
+# Every run goes through this launcher: Linux starts a child's ru_maxrss at the size of the
+# process it was forked from (the harness holds generated data), and the launcher is small.
+# It times fork..wait4 itself, so its own start-up is not counted; the peak is the largest of
+# the command's processes (dsh-fork and any child it waits for).
+LAUNCHER = (
+    "import os,sys,time\n"
+    "t=time.perf_counter()\n"
+    "pid=os.fork()\n"
+    "if pid==0:\n"
+    "  os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "_,status,usage=os.wait4(pid,0)\n"
+    "print(time.perf_counter()-t,usage.ru_maxrss)\n"
+    "sys.exit(1 if status else 0)\n"
+)
+
+# The disk kept busy by another process: 4 MiB written and fsynced, over and over.
+DISK_HOG = (
+    "import os,sys\n"
+    "b=os.urandom(1<<22)\n"
+    "fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT|os.O_TRUNC)\n"
+    "while True:\n"
+    "  os.pwrite(fd,b,0); os.fsync(fd)\n"
+)
+
+Argv = Sequence[str]
+ArgvOf = Callable[[int], Argv]  # the command of run i (a fresh child id or root per run)
+
+
+def loadavg() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def dsh(root: Path, *args: str) -> list[str]:
+    return [DSH_FORK, "--root", str(root), *args]
+
+
+def shell(command: str) -> list[str]:
+    return ["/bin/sh", "-c", command]
+
+
+class Bench:
+    """Runs commands as a user would, each run measured (wall time, peak memory)."""
+
+    def __init__(self, base: Path, repeat: int, profile: Profile) -> None:
+        self.base = base
+        self.repeat = repeat
+        self.profile = profile
+        self.quick = profile is Profile.QUICK
+        env = dict(os.environ)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.pop("DSH_FORK_FAULT", None)
+        env["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
+        env["DSH_HOME"] = str(base / "home")  # the operations log stays in the benchmark
+        self.env = env
+        self._cache: dict[str, object] = {}
+
+    def run(self, argv: Argv) -> Run:
+        """One run through the launcher; stdout discarded; a failing command aborts."""
+        proc = subprocess.run(
+            [sys.executable, "-c", LAUNCHER, *argv],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=self.env,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"benchmark command failed: {list(argv)}\n{proc.stderr.decode()}")
+        wall, rss = proc.stdout.split()[-2:]
+        return Run(float(wall), int(rss) / 1024)
+
+    def pair(
+        self,
+        ours: ArgvOf,
+        baseline: Argv | None,
+        *,
+        between: Callable[[], None] | None = None,
+    ) -> tuple[Figures, Figures | None]:
+        """Ours and the baseline run alternately (after one warm-up of ours): run i of ours is
+        ``ours(i)``, i = 0 the warm-up; ``between`` runs after each of ours, untimed."""
+        self.run(ours(0))
+        if between is not None:
+            between()
+        mine: list[Run] = []
+        theirs: list[Run] = []
+        for i in range(1, self.repeat + 1):
+            if baseline is not None:
+                theirs.append(self.run(baseline))
+            mine.append(self.run(ours(i)))
+            if between is not None:
+                between()
+        return Figures.of(mine), Figures.of(theirs) if theirs else None
+
+    def judged(self, ok: bool) -> bool | None:
+        return None if self.quick else ok
+
+    def cached(self, key: str, build: Callable[[], object]) -> object:
+        """Data shared by several cases (a large log), built once per benchmark run."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+
+def copies(tree: Path, count: int, *, settle_s: float = SETTLE_S) -> list[Path]:
+    """``count`` identical copies of ``tree`` made now, flushed, then left to settle: every
+    timed run that writes gets one that nothing has touched since."""
+    made = []
+    for i in range(count):
+        copy = tree.with_name(f"{tree.name}-copy{i}")
+        shutil.copytree(tree, copy, symlinks=True)
+        made.append(copy)
+    os.sync()
+    time.sleep(settle_s)
+    return made
+
+
+@contextmanager
+def busy_disk(base: Path) -> Iterator[None]:
+    """Another process writing and fsyncing 4 MiB over and over while the block runs."""
+    hog = subprocess.Popen([sys.executable, "-c", DISK_HOG, str(base / "disk-hog")])
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+        (base / "disk-hog").unlink(missing_ok=True)
+
+
+def seconds(figures: Figures) -> str:
+    return f"{figures.wall * 1000:.0f} ms" if figures.wall < 1 else f"{figures.wall:.2f} s"
+
+
+def mb(figures: Figures) -> str:
+    return f"{figures.rss_mb:.0f} MB"
