@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest demo bench bench-large clean fixtures
+.PHONY: test lint typecheck pytest demo bench clean fixtures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
