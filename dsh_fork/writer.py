@@ -24,7 +24,6 @@ import errno
 import functools
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +82,7 @@ def _io(function: Callable[_P, _R]) -> Callable[_P, _R]:
 def own_temp_name() -> str:
     """``session.v4.jsonl.zstd.<12 hex>.dsh-fork.tmp``: non-canonical, so DSH ignores it, and
     distinct from DSH's own ``<final>.<12 hex>.tmp``, so a sweep never takes a temp of DSH."""
-    return f"{CURRENT_NAME}.{secrets.token_hex(6)}{OWN_TEMP_SUFFIX}"
+    return f"{CURRENT_NAME}.{os.urandom(6).hex()}{OWN_TEMP_SUFFIX}"
 
 
 def is_own_temp(name: str) -> bool:
