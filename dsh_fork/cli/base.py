@@ -9,13 +9,11 @@ line. ``Group.main`` catches what happens outside a command: the argument parser
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-import orjson
 import typer
 from typer.core import TyperGroup
 
@@ -329,9 +327,13 @@ class Out:
 
 
 def _write_json(value: Any) -> None:
+    import orjson  # only a command printing JSON pays for these imports
+
     try:
         data = orjson.dumps(value, option=orjson.OPT_INDENT_2)
     except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
+        import json
+
         data = json.dumps(value, indent=2, ensure_ascii=True).encode()
     sys.stdout.buffer.write(data + b"\n")
     sys.stdout.flush()

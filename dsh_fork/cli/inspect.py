@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import typer
 
 from .base import (
@@ -38,6 +37,8 @@ def _shorten(items: Sequence[str]) -> str:
 
 def _value(value: Any) -> str:
     """Header values as JSON would spell them (true, not True), strings bare."""
+    import orjson  # imported when rendering, not on every command's start-up
+
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
