@@ -34,6 +34,8 @@ class Generation:
 
 def parse_name(name: str) -> tuple[int, Encoding] | None:
     """(version, encoding) of a canonical generation file name, else None."""
+    if name == CURRENT_NAME:  # nearly every name a listing sees: no pattern needed
+        return SUPPORTED_VERSION, "zstd"
     if name.endswith(ZSTD_SUFFIX):
         base, encoding = name[: -len(ZSTD_SUFFIX)], "zstd"
     else:
