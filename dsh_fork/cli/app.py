@@ -1,25 +1,84 @@
-"""Entry point: importing the command modules registers them on the app."""
+"""Entry point: importing a command module registers its command on the app.
+
+Start-up is paid on every run, and typer builds the options of every registered command
+before it runs one, so the console script registers only the command being run (its module
+is named for it, ``list-agents`` in ``list_agents``, unless ``_MODULES`` says otherwise).
+Anything else (no command, ``--help``, an unknown name, shell completion) and any import of
+``app`` from here registers them all.
+"""
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (registration)
-    doctor,
-    export,
-    fixture,
-    fork,
-    import_,
-    inspect,
-    list_agents,
-    list_sessions,
-    relink,
-)
-from .base import app
-from .diff import diff_command  # noqa: F401  (registration)
-from .du import du_command  # noqa: F401  (registration)
-from .tree import tree_command  # noqa: F401  (registration)
+import importlib
+import os
+import pkgutil
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import typer
+
+from . import base
 
 __all__ = ["app", "main"]
 
+if TYPE_CHECKING:
+    app: typer.Typer  # provided by __getattr__, with every command registered
+
+_VALUE_OPTIONS = ("--root",)  # the app's options that take a value
+_MODULES = {"list": "list_sessions", "import": "import_"}  # modules not named for their command
+_COMPLETION_VAR = "_DSH_FORK_COMPLETE"
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":
+        _register_all()
+        return base.app
+    raise AttributeError(name)
+
 
 def main() -> None:
-    app(prog_name="dsh-fork")
+    args = sys.argv[1:]
+    if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
+        _register_all()
+    base.app(prog_name="dsh-fork")
+
+
+def _register_only(args: Sequence[str]) -> bool:
+    """Register the one command ``args`` run (none for a bare ``--version``); False when
+    ``args`` need every command or name none."""
+    name = _command_name(args)
+    if name is None:
+        return "--version" in args and not {"-h", "--help"} & set(args)
+    module = _MODULES.get(name, name.replace("-", "_"))
+    if not module.isidentifier() or module in ("app", "base"):
+        return False
+    try:
+        importlib.import_module(f"{__package__}.{module}")
+    except ImportError:
+        return False
+    return any(_name_of(info) == name for info in base.app.registered_commands)
+
+
+def _command_name(args: Sequence[str]) -> str | None:
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _name_of(info: typer.models.CommandInfo) -> str | None:
+    if info.name is not None:
+        return info.name
+    callback = info.callback
+    return None if callback is None else callback.__name__.replace("_", "-")
+
+
+def _register_all() -> None:
+    for module in pkgutil.iter_modules(sys.modules[__package__].__path__):
+        importlib.import_module(f"{__package__}.{module.name}")

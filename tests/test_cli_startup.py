@@ -1,0 +1,65 @@
+"""The console script registers only the command it runs (start-up), and every command when
+it must list them: ``--help``, no command, an unknown name, or ``app`` imported for tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dsh_fork.cli import app as app_module
+
+PROBE = (
+    "import sys\n"
+    "from dsh_fork.cli.app import main\n"
+    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "loaded = sorted(m for m in sys.modules if m.startswith('dsh_fork.cli.'))\n"
+    "print('loaded:', ' '.join(loaded), file=sys.stderr)\n"
+)
+COMMAND_MODULES = {"doctor", "fixture", "fork", "inspect", "list_agents", "relink"}
+
+
+def loaded_commands(*args: str) -> tuple[set[str], str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=False
+    )
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("loaded: ")
+    names = {m.removeprefix("dsh_fork.cli.") for m in last.removeprefix("loaded: ").split()}
+    return names - {"app", "base"}, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["list-agents", "--help"], {"list_agents"}),
+        (["--root", "fork", "inspect", "--help"], {"inspect"}),  # "fork" is --root's value
+        (["--version"], set()),
+        (["list", "--help"], {"list_sessions"}),  # a command whose module is not named for it
+    ],
+)
+def test_a_run_registers_only_its_command(args: list[str], expected: set[str]) -> None:
+    loaded, _ = loaded_commands(*args)
+    assert loaded == expected
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["--version", "--help"], ["no-such"]])
+def test_listing_or_unknown_commands_register_every_command(args: list[str]) -> None:
+    loaded, _ = loaded_commands(*args)
+    assert loaded >= COMMAND_MODULES
+
+
+def test_help_lists_every_command() -> None:
+    _, out = loaded_commands("--help")
+    for name in ("doctor", "fixture", "fork", "inspect", "list-agents", "relink"):
+        assert f"  {name} " in out
+
+
+def test_app_imported_from_the_entry_module_has_every_command() -> None:
+    names = {app_module._name_of(info) for info in app_module.app.registered_commands}
+    assert {"doctor", "fixture", "fork", "inspect", "list-agents", "relink"} <= names
