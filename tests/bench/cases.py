@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,12 +113,13 @@ def two_turns(bench: Bench) -> BigLog:
     return built
 
 
-def drop_forks(root: Path) -> Callable[[], None]:
+def drop_forks(*roots: Path) -> Callable[[], None]:
     """Removes the children the timed forks made (untimed, between runs)."""
 
     def drop() -> None:
-        for path in root.glob("*/bench-*"):
-            shutil.rmtree(path)
+        for root in roots:
+            for path in root.glob("*/bench-*"):
+                shutil.rmtree(path)
 
     return drop
 
@@ -222,17 +224,6 @@ def fork_startup(bench: Bench) -> tuple[Figures, Figures]:
     return built
 
 
-def zstd_startup(bench: Bench) -> float:
-    def measure() -> Figures:
-        small = two_turns(bench)
-        figures, _ = bench.pair(lambda i: ["zstd", "-dcq", str(small.log), "-o", os.devnull], None)
-        return figures
-
-    built = bench.cached("zstd-startup", measure)
-    assert isinstance(built, Figures)
-    return built.wall
-
-
 def startup(bench: Bench) -> list[Row]:
     log("start-up …")
     python, _ = bench.pair(lambda i: [sys.executable, "-c", "pass"], None)
@@ -260,36 +251,39 @@ def startup(bench: Bench) -> list[Row]:
 
 def forks(bench: Bench) -> list[Row]:
     """fork as users run it (default: subagents too) and with ``--no-agents``, against
-    ``zstd -dc`` of the same log beyond start-up (a two-turn fork's time, zstd on a tiny log)."""
+    ``zstd -dc`` of the same log beyond start-up: each round also runs a two-turn fork and
+    ``zstd`` on a tiny log, and the ratio is the median over rounds of
+    (fork - two-turn fork) / (zstd - tiny zstd)."""
     rows = []
-    _, fork_fixed = fork_startup(bench)
-    zstd_fixed = zstd_startup(bench)
+    small = two_turns(bench)
+    fixed = fork_argv(small, [])
+    tiny = same(["zstd", "-dcq", str(small.log), "-o", os.devnull])
     for mbytes in LOG_MB[bench.profile]:
         big = big_log(bench, mbytes)
         size = size_name(mbytes)
-        zstd = ["zstd", "-dcq", str(big.log), "-o", os.devnull]
+        zstd = same(["zstd", "-dcq", str(big.log), "-o", os.devnull])
         copy = big.root.parent / "cp-copy"
-        cp = ["cp", str(big.log), str(copy)]
+        cp_figures, _ = bench.pair(same(["cp", str(big.log), str(copy)]), None)
+        copy.unlink()
         judged = mbytes >= 100
-        mid = str(middle_turn_end(big.log)) if mbytes != 10 else None
         variants: list[tuple[str, list[str]]] = [
             (f"fork, {size} log", []),
             (f"fork --no-agents, {size} log", ["--no-agents"]),
         ]
-        if mid is not None:
+        if mbytes != 10:
+            mid = str(middle_turn_end(big.log))
             variants.append((f"fork at a middle turn, {size} log", ["--at", mid]))
-        cp_figures, _ = bench.pair(same(cp), None)
-        copy.unlink()
+        drop = drop_forks(big.root, small.root)
         for case, extra in variants:
             log(f"{case} …")
-            ours, floor = bench.pair(
-                fork_argv(big, extra),
-                zstd,
-                between=drop_forks(big.root),
-            )
-            assert floor is not None
-            work = floor.wall - zstd_fixed
-            ratio = (ours.wall - fork_fixed.wall) / work if work > 0.01 else None
+            runs = bench.rounds([fork_argv(big, extra), zstd, fixed, tiny], between=drop)
+            ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
+            ratios = [
+                (mine.wall - start.wall) / (theirs.wall - bare.wall)
+                for mine, theirs, start, bare in zip(*runs, strict=True)
+                if theirs.wall - bare.wall > 0.01
+            ]
+            ratio = statistics.median(ratios) if ratios else None
             default = not extra
             goal_ok = ratio is not None and ratio <= 1.2 and ours.rss_mb <= 100
             rows.append(

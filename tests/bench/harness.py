@@ -140,9 +140,10 @@ class Bench:
     ) -> tuple[Figures, Figures | None]:
         """Ours and the baseline run alternately (after one warm-up of ours): run i of ours is
         ``ours(i)``, i = 0 the warm-up; ``between`` runs after each of ours, untimed."""
-        self.run(ours(0))
-        if between is not None:
-            between()
+        if not self.quick:  # a smoke run times nothing worth a warm-up
+            self.run(ours(0))
+            if between is not None:
+                between()
         mine: list[Run] = []
         theirs: list[Run] = []
         for i in range(1, self.repeat + 1):
@@ -152,6 +153,25 @@ class Bench:
             if between is not None:
                 between()
         return Figures.of(mine), Figures.of(theirs) if theirs else None
+
+    def rounds(
+        self, commands: Sequence[ArgvOf], *, between: Callable[[], None] | None = None
+    ) -> list[list[Run]]:
+        """Each command once as a warm-up, then ``repeat`` rounds of all of them, one after
+        the other (the order rotating): figures of one round saw the same load, so ratios of
+        differences are taken round by round. Returns the runs per command."""
+        for command in () if self.quick else commands:
+            self.run(command(0))
+            if between is not None:
+                between()
+        runs: list[list[Run]] = [[] for _ in commands]
+        for i in range(1, self.repeat + 1):
+            for k in range(len(commands)):
+                j = (k + i) % len(commands)
+                runs[j].append(self.run(commands[j](i)))
+                if between is not None:
+                    between()
+        return runs
 
     def judged(self, ok: bool) -> bool | None:
         return None if self.quick else ok
