@@ -24,6 +24,11 @@ CASES = (
     "relink, 20 agents, quiet disk",
     "relink, 20 agents, busy disk",
     "list-agents, 200 sessions",
+    "list, 200 sessions",
+    "tree, 200 sessions",
+    "du, 200 sessions",
+    "tree, 10 relinked forks",
+    "du, 10 relinked forks",
 )
 
 

@@ -394,32 +394,93 @@ def relinks(bench: Bench) -> list[Row]:
     return rows
 
 
+NEW_COMMANDS = ("list", "tree", "du")  # each within 1.5× of list-agents on 100,000 sessions
+
+
 def listings(bench: Bench) -> list[Row]:
+    """list-agents, then list, tree and du of the whole root, against the listing floor."""
     rows = []
     for total in ROOTS[bench.profile]:
         root, parent = crowded(bench, total)
+        floor_argv = scan_floor(root)
         case = f"list-agents, {total} sessions"
         log(f"{case} …")
-        ours, floor = bench.pair(same(dsh(root, "list-agents", parent, "--json")), scan_floor(root))
+        agents, floor = bench.pair(same(dsh(root, "list-agents", parent, "--json")), floor_argv)
         assert floor is not None
-        ratio = ours.wall / floor.wall
+        ratio = agents.wall / floor.wall
         if total >= 100_000:
             goal, ok = "≤ 1.3×", ratio <= 1.3
         else:
-            goal, ok = "≤ 0.2 s", ours.wall <= 0.2
+            goal, ok = "≤ 0.2 s", agents.wall <= 0.2
+        floor_text = f"{seconds(floor)} (listdir + header read per dir)"
         rows.append(
-            row(
-                bench,
-                case,
-                seconds(ours),
-                ours,
-                f"{seconds(floor)} (listdir + header read per dir)",
-                f"{ratio:.2f}×",
-                goal,
-                ok,
-            )
+            row(bench, case, seconds(agents), agents, floor_text, f"{ratio:.2f}×", goal, ok)
         )
+        for command in NEW_COMMANDS:
+            case = f"{command}, {total} sessions"
+            log(f"{case} …")
+            ours, floor = bench.pair(same(dsh(root, command, "--json")), floor_argv)
+            assert floor is not None
+            judged = total >= 100_000
+            rows.append(
+                row(
+                    bench,
+                    case,
+                    seconds(ours),
+                    ours,
+                    f"{seconds(floor)} (listdir + header read per dir)",
+                    f"{ours.wall / floor.wall:.2f}×; {ours.wall / agents.wall:.2f}× list-agents",
+                    "≤ 1.5× list-agents" if judged else "report",
+                    ours.wall <= 1.5 * agents.wall if judged else None,
+                )
+            )
     return rows
 
 
-CASES: tuple[Callable[[Bench], list[Row]], ...] = (startup, forks, inspects, relinks, listings)
+def many_forks(bench: Bench, total: int, forks: int, children: int) -> Path:
+    """``forks`` parents with ``children`` subagents each and one fork child per parent, in a
+    root of ``total`` sessions, relinked (untimed) so that every fork has its copies."""
+    root = bench.base / "forks" / "sessions"
+    summary = generate(root, sessions=forks, agents=children, depth=1, turns=2, seed=8)
+    for parent in summary.top_level:
+        fork_session(parent, str(root), at=None, child_id=None, agents=False, dry_run=False)
+    filler(root, max(0, total - summary.sessions - 2 * forks), seed=9)
+    bench.run(dsh(root, "relink", "--all"))
+    return root
+
+
+def relinked(bench: Bench) -> list[Row]:
+    """tree and du of a root of relinked forks (provenance of every copy exercised)."""
+    total = ROOTS[bench.profile][0]
+    forks = 10 if bench.quick else 200
+    log(f"tree and du of {forks} relinked forks in a root of {total} sessions …")
+    root = many_forks(bench, total, forks, 5)
+    floor_argv = scan_floor(root)
+    rows = []
+    for command in ("tree", "du"):
+        ours, floor = bench.pair(same(dsh(root, command, "--json")), floor_argv)
+        assert floor is not None
+        rows.append(
+            row(
+                bench,
+                f"{command}, {forks} relinked forks",
+                seconds(ours),
+                ours,
+                f"{seconds(floor)} (listdir + header read per dir)",
+                f"{ours.wall / floor.wall:.2f}×",
+                "report",
+                None,
+            )
+        )
+    shutil.rmtree(root.parent)
+    return rows
+
+
+CASES: tuple[Callable[[Bench], list[Row]], ...] = (
+    startup,
+    forks,
+    inspects,
+    relinks,
+    listings,
+    relinked,
+)
