@@ -147,7 +147,7 @@ def fork(
         types.append(inbox.SPLICE_TYPE)
     # Every frame is decoded and checksum-verified and every line's envelope checked, so each
     # line copied is one DSH accepts (reader.open_log).
-    log = open_log(generation, collect=types)
+    log = open_log(generation, collect=types, stream=True)
     facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
     last = -1 if boundary is None else boundary

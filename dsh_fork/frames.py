@@ -16,6 +16,7 @@ import zstandard
 
 from . import parallel
 from .errors import CorruptLog
+from .source import WINDOW_BYTES, FileBytes
 
 ZSTD_MAGIC = 0xFD2FB528
 COMPRESSION_LEVEL = 3
@@ -42,6 +43,11 @@ can overshoot the bound by 8 MiB at most before it is noticed."""
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
 T = TypeVar("T")
+Data = bytes | memoryview | FileBytes
+"""A log's bytes: in memory, or read on demand from its descriptor in bounded windows."""
+MAX_SCAN_FRAME = MAX_FRAME_PLAINTEXT + (1 << 20)
+"""The longest frame a windowed scan reads whole: a frame that decodes within
+``MAX_FRAME_PLAINTEXT`` is never longer (a raw block adds 3 bytes to 128 KiB)."""
 
 CHILD_SHARE = 0.52
 """The child's share of the frames (by compressed bytes): the parent also folds the results."""
@@ -81,27 +87,59 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
     ``limit`` stops after that many complete frames (header-only reads). Bad magic, skippable
     frames, reserved bits and reserved block types are corruption, not a torn tail.
     """
-    buf = memoryview(data)
+    return _scan(memoryview(data), limit, 0, 0)
+
+
+def scan_file(source: FileBytes) -> FrameScan:
+    """``scan`` of a whole file read in windows: each check reads only bytes before it, so a
+    frame cut by a window's end looks torn and is scanned again from the next window; a
+    frame longer than a window widens it, up to ``MAX_SCAN_FRAME``."""
+    frames: list[Frame] = []
+    size = len(source)
+    pos = 0
+    want = WINDOW_BYTES
+    while pos < size:
+        end = min(size, pos + want)
+        part = _scan(memoryview(source.read(pos, end)), None, pos, len(frames))
+        frames.extend(part.frames)
+        if part.torn_start is None:
+            pos, want = end, WINDOW_BYTES
+            continue
+        if end == size:
+            return FrameScan(tuple(frames), part.torn_start, size)
+        if part.torn_start == pos:
+            if want >= MAX_SCAN_FRAME:
+                raise _corrupt(f"frame longer than {MAX_SCAN_FRAME:,} bytes", pos, len(frames))
+            want = min(2 * want, MAX_SCAN_FRAME)
+        else:
+            want = WINDOW_BYTES
+        pos = part.torn_start
+    return FrameScan(tuple(frames), None, size)
+
+
+def _scan(buf: memoryview, limit: int | None, origin: int, first_index: int) -> FrameScan:
+    """``scan`` of ``buf``, the file's bytes from offset ``origin`` on, whose first frame is
+    frame ``first_index``: offsets and frame numbers (also in errors) are the file's."""
     size = len(buf)
     frames: list[Frame] = []
     pos = 0
     while pos < size and (limit is None or len(frames) < limit):
         start = pos
-        index = len(frames)
+        index = first_index + len(frames)
         if size - pos < 4:
             # Fewer than 4 bytes cannot hold a magic: DSH takes them for a torn tail whatever
             # they are (a torn write leaves a prefix of the magic, a power loss zero bytes).
-            return FrameScan(tuple(frames), start, size)
+            return FrameScan(tuple(frames), origin + start, origin + size)
         magic = int.from_bytes(buf[pos : pos + 4], "little")
         if magic != ZSTD_MAGIC:
             kind = "skippable frame" if 0x184D2A50 <= magic <= 0x184D2A5F else "bad frame magic"
-            raise _corrupt(kind, pos, index)
+            raise _corrupt(kind, origin + pos, index)
         pos += 4
         if pos >= size:
-            return FrameScan(tuple(frames), start, size)
+            return FrameScan(tuple(frames), origin + start, origin + size)
         descriptor = buf[pos]
         if descriptor & 0x18:
-            raise _corrupt("reserved frame header bits set", pos, index)
+            raise _corrupt("reserved frame header bits set", origin + pos, index)
         single_segment = bool(descriptor & 0x20)
         header_len = 0 if single_segment else 1
         header_len += (0, 1, 2, 4)[descriptor & 3]
@@ -109,42 +147,66 @@ def scan(data: bytes | memoryview, limit: int | None = None) -> FrameScan:
         header_len += (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
         pos += 1 + header_len
         if pos > size:
-            return FrameScan(tuple(frames), start, size)
+            return FrameScan(tuple(frames), origin + start, origin + size)
         blocks = 0
         while True:
             if size - pos < 3:
-                return FrameScan(tuple(frames), start, size)
+                return FrameScan(tuple(frames), origin + start, origin + size)
             block = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16)
             last = block & 1
             block_type = (block >> 1) & 3
             if block_type == 3:
-                raise _corrupt("reserved block type", pos, index)
+                raise _corrupt("reserved block type", origin + pos, index)
             if block >> 3 > MAX_BLOCK_SIZE:
                 # Beyond the format's Block_Maximum_Size: a damaged header, not a torn frame
                 # (a writer repairing a "torn tail" here would truncate committed frames).
-                raise _corrupt("block larger than 128 KiB", pos, index)
+                raise _corrupt("block larger than 128 KiB", origin + pos, index)
             payload = 1 if block_type == 1 else block >> 3
             pos += 3 + payload
             blocks += 1
             if pos > size:
-                return FrameScan(tuple(frames), start, size)
+                return FrameScan(tuple(frames), origin + start, origin + size)
             if last:
                 break
         checksum = bool(descriptor & 4)
         if checksum:
             pos += 4
             if pos > size:
-                return FrameScan(tuple(frames), start, size)
-        frames.append(Frame(start, pos, checksum, blocks))
-    return FrameScan(tuple(frames), None, size)
+                return FrameScan(tuple(frames), origin + start, origin + size)
+        frames.append(Frame(origin + start, origin + pos, checksum, blocks))
+    return FrameScan(tuple(frames), None, origin + size)
 
 
-def decode(
-    data: bytes | memoryview, frame: Frame, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT
-) -> bytes:
+def decode(data: Data, frame: Frame, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT) -> bytes:
     """Plaintext of one complete frame, at most ``limit`` bytes (else corruption); the content
     checksum is verified by libzstd."""
-    return _decode_bounded(_DECOMPRESSOR, memoryview(data), frame, index, limit)
+    view, origin = _window(data, frame.start, frame.end)
+    return _decode_bounded(_DECOMPRESSOR, view, frame, index, limit, origin)
+
+
+def _window(data: Data, start: int, end: int) -> tuple[memoryview, int]:
+    """The bytes holding ``start..end-1`` and the file offset of their first byte."""
+    if isinstance(data, FileBytes):
+        return memoryview(data.read(start, end)), start
+    return memoryview(data), 0
+
+
+def _windows(
+    data: Data, frames: Sequence[Frame]
+) -> Generator[tuple[memoryview, int, Sequence[Frame]], None, None]:
+    """``frames`` in groups read together: all at once from memory, else a window of about
+    ``WINDOW_BYTES`` at a time (a longer frame alone), so only one window is held."""
+    if not isinstance(data, FileBytes):
+        yield memoryview(data), 0, frames
+        return
+    k = 0
+    while k < len(frames):
+        start = frames[k].start
+        stop = k + 1
+        while stop < len(frames) and frames[stop].end - start <= WINDOW_BYTES:
+            stop += 1
+        yield memoryview(data.read(start, frames[stop - 1].end)), start, frames[k:stop]
+        k = stop
 
 
 def _too_large(frame: Frame, index: int, limit: int) -> CorruptLog:
@@ -155,11 +217,11 @@ def _too_large(frame: Frame, index: int, limit: int) -> CorruptLog:
     )
 
 
-def _decode_stream(view: memoryview, frame: Frame, index: int, limit: int) -> bytes:
+def _decode_stream(view: memoryview, frame: Frame, index: int, limit: int, origin: int) -> bytes:
     """The reference decode: a fresh streaming decompressor fed a few bytes at a time, so that
     output beyond ``limit`` is noticed within a few blocks and never accumulated."""
     obj = _DECOMPRESSOR.decompressobj()
-    body = view[frame.start : frame.end]
+    body = view[frame.start - origin : frame.end - origin]
     parts: list[bytes] = []
     total = 0
     pos = 0
@@ -179,14 +241,15 @@ def _decode_stream(view: memoryview, frame: Frame, index: int, limit: int) -> by
     return b"".join(parts)
 
 
-def content_size(data: bytes | memoryview, frame: Frame) -> int | None:
-    """The Frame_Content_Size field of a frame header, or None when the frame omits it."""
-    descriptor = data[frame.start + 4]
+def content_size(data: bytes | memoryview, frame: Frame, origin: int = 0) -> int | None:
+    """The Frame_Content_Size field of a frame header, or None when the frame omits it
+    (``data`` holds the file's bytes from offset ``origin`` on)."""
+    descriptor = data[frame.start - origin + 4]
     single_segment = descriptor & 0x20
     fcs_flag = descriptor >> 6
     if fcs_flag == 0 and not single_segment:
         return None
-    pos = frame.start + 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    pos = frame.start - origin + 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
     width = (1, 2, 4, 8)[fcs_flag]
     value = int.from_bytes(data[pos : pos + width], "little")
     return value + 256 if width == 2 else value
@@ -198,6 +261,7 @@ def _decode_bounded(
     frame: Frame,
     index: int,
     limit: int = MAX_FRAME_PLAINTEXT,
+    origin: int = 0,
 ) -> bytes:
     """``decode`` through libzstd's one-shot call, which runs without the GIL.
 
@@ -208,20 +272,22 @@ def _decode_bounded(
     declaration, a decoding error), goes to the bounded streaming reference, which also names
     the defect.
     """
-    declared = content_size(view, frame)
+    declared = content_size(view, frame, origin)
     if declared is not None and declared > limit:
         raise _too_large(frame, index, limit)
     cap = frame.blocks * MAX_BLOCK_SIZE
     if cap <= limit and (declared is None or 0 < declared <= cap):
         try:
-            return dctx.decompress(view[frame.start : frame.end], max_output_size=cap)
+            return dctx.decompress(
+                view[frame.start - origin : frame.end - origin], max_output_size=cap
+            )
         except zstandard.ZstdError:
             pass
-    return _decode_stream(view, frame, index, limit)
+    return _decode_stream(view, frame, index, limit, origin)
 
 
 def decode_many(
-    data: bytes | memoryview,
+    data: Data,
     frames: Sequence[Frame],
     first_index: int = 0,
     total_limit: int | None = None,
@@ -231,7 +297,7 @@ def decode_many(
     Each frame is bounded (``MAX_FRAME_PLAINTEXT``); a caller that keeps every plaintext
     (a legacy body expanded whole) also bounds their sum with ``total_limit``.
     """
-    plaintexts = _map_part(memoryview(data), frames, _plain, first_index)
+    plaintexts = _map_part(_source(data), frames, _plain, first_index)
     if total_limit is None:
         return plaintexts
     return _bounded_total(plaintexts, frames, first_index, total_limit)
@@ -258,8 +324,12 @@ def _plain(plaintext: bytes) -> bytes:
     return plaintext
 
 
+def _source(data: Data) -> memoryview | FileBytes:
+    return data if isinstance(data, FileBytes) else memoryview(data)
+
+
 def map_frames(
-    data: bytes | memoryview,
+    data: Data,
     frames: Sequence[Frame],
     then: Callable[[bytes], T],
     first_index: int = 0,
@@ -274,22 +344,31 @@ def map_frames(
     not start, died, or met a defect) is mapped here, in order, so a defect is raised exactly
     where a sequential pass raises it.
     """
-    view = memoryview(data)
+    view = _source(data)
     if not frames or frames[-1].end - frames[0].start < parallel.SPLIT_MIN_BYTES:
         return _map_part(view, frames, then, first_index)
     return _map_split(view, frames, then, first_index)
 
 
 def _map_part(
-    view: memoryview, frames: Sequence[Frame], then: Callable[[bytes], T], first_index: int
+    data: memoryview | FileBytes,
+    frames: Sequence[Frame],
+    then: Callable[[bytes], T],
+    first_index: int,
 ) -> Generator[T, None, None]:
     dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
-    for k, frame in enumerate(frames):
-        yield then(_decode_bounded(dctx, view, frame, first_index + k))
+    k = first_index
+    for view, origin, group in _windows(data, frames):
+        for frame in group:
+            yield then(_decode_bounded(dctx, view, frame, k, MAX_FRAME_PLAINTEXT, origin))
+            k += 1
 
 
 def _map_split(
-    view: memoryview, frames: Sequence[Frame], then: Callable[[bytes], T], first_index: int
+    view: memoryview | FileBytes,
+    frames: Sequence[Frame],
+    then: Callable[[bytes], T],
+    first_index: int,
 ) -> Generator[T, None, None]:
     start = frames[0].start
     share = (frames[-1].end - start) * (1 - CHILD_SHARE)
@@ -317,9 +396,7 @@ def _map_split(
         child.cancel()
 
 
-def decode_torn(
-    data: bytes | memoryview, start: int, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT
-) -> bytes:
+def decode_torn(data: Data, start: int, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT) -> bytes:
     """Whatever plaintext an incomplete final frame yields (flush mode); may be empty.
 
     A torn write leaves a prefix of a valid frame, which decodes without error; after a power
@@ -328,8 +405,11 @@ def decode_torn(
     block size in a middle frame (a bit flip that makes it claim the rest of the file):
     corruption, never a torn tail that a writer would truncate together with later frames.
     Like every decode it is bounded: a torn frame yielding more than ``limit`` is corruption.
+    A file read on demand holds its torn frame within one scan window (``scan_file``).
     """
-    view = memoryview(data)
+    view, origin = _window(data, start, len(data))
+    at = start
+    start -= origin
     obj = _DECOMPRESSOR.decompressobj()
     parts: list[bytes] = []
     total = 0
@@ -341,15 +421,13 @@ def decode_torn(
             total += len(piece)
             if total > limit:
                 parts.clear()
-                raise _corrupt(
-                    f"incomplete frame decodes to more than {limit:,} bytes", start, index
-                )
+                raise _corrupt(f"incomplete frame decodes to more than {limit:,} bytes", at, index)
             parts.append(piece)
     except zstandard.ZstdError as exc:
         if bytes(view[start + 1 :]).find(_MAGIC_BYTES) != -1:
             raise _corrupt(
                 f"incomplete frame does not decode and is followed by frames ({exc})",
-                start,
+                at,
                 index,
             ) from None
         return b""

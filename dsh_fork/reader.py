@@ -41,6 +41,7 @@ from .records import (
     parse_v0_line,
     split_lines,
 )
+from .source import FileBytes, FileRun, identity_of
 
 MAX_RUN_BYTES = 256 << 20
 """The most plaintext one record may span across frames: memory stays bounded even when no
@@ -52,10 +53,7 @@ HEADER_MAX_READ = 2 * zframes.MAX_HEADER_PLAINTEXT
 """A compressed header frame never exceeds its plaintext by much (raw blocks add 3 bytes each)."""
 
 Identity = tuple[int, int, int, int, int]
-
-
-def _identity(st: os.stat_result) -> Identity:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+_identity = identity_of
 
 
 def open(file: Path, mode: str = "rb") -> IO[bytes]:  # the builtin's name, on purpose
@@ -204,9 +202,10 @@ class SessionLog(abc.ABC):
         """Stored line bytes (without 0x0A) of events ``first..last`` inclusive (v2+ only)."""
         raise UnsupportedFormat("raw lines of a packed-row generation", version=self.version)
 
-    def prefix_run(self, last: int) -> tuple[bytes | memoryview, int, bytes]:
+    def prefix_run(self, last: int) -> tuple[bytes | memoryview | FileRun, int, bytes]:
         """The body through seq ``last`` as (whole frames' bytes, how many frames, plaintext);
-        the whole frames are a view of the log's bytes, never a copy of them."""
+        the whole frames are a view of the log's bytes (or their range in a log read on
+        demand), never a copy of them."""
         raise UnsupportedFormat("prefix of a packed-row generation", version=self.version)
 
     def prefix(self, last: int) -> tuple[list[bytes], bytes]:
@@ -303,8 +302,12 @@ class FramedLog(SessionLog):
         torn: TornTail | None,
         *,
         wanted: frozenset[str] = frozenset(),
+        source: FileBytes | None = None,
     ) -> None:
         super().__init__(generation, data, identity, header, header_end, body_frames, torn)
+        self.source = source
+        """The open file, when the log is read on demand (``open_log(stream=True)``)."""
+        self._src: zframes.Data = data if source is None else source
         self._index: FrameIndex | None = None
         self._wanted = wanted
         self._kept: tuple[bytes, ...] = ()
@@ -320,7 +323,7 @@ class FramedLog(SessionLog):
         """The index, built now if no pass has built it yet (with the torn tail's kept lines:
         they are known once the committed count is)."""
         if self._index is None:
-            chunks, collected = _index_frames(self.data, self.body_frames, self._wanted, self.where)
+            chunks, collected = _index_frames(self._src, self.body_frames, self._wanted, self.where)
             collected.extend(self._finish(chunks, chunks[-1].end_seq if chunks else 0))
             self._index = FrameIndex(chunks)
             self.collected = collected
@@ -375,7 +378,7 @@ class FramedLog(SessionLog):
         For a pass split between processes (``inspect``); ``tail_events`` and ``adopt_index``
         end it."""
         yield from _run_events(
-            self.data, self.pending_frames[start:stop], start, first_seq, self.where, chunks
+            self._src, self.pending_frames[start:stop], start, first_seq, self.where, chunks
         )
 
     def tail_events(self, next_seq: int, chunks: list[Chunk]) -> Iterator[Event]:
@@ -397,8 +400,8 @@ class FramedLog(SessionLog):
             end = self.torn.offset if self.torn else len(self.data)
             return self.data[self.header_end : end]
         if len(chunk.frames) == 1:
-            return zframes.decode(self.data, chunk.frames[0], chunk.first_frame + 1)
-        return b"".join(zframes.decode_many(self.data, chunk.frames, chunk.first_frame + 1))
+            return zframes.decode(self._src, chunk.frames[0], chunk.first_frame + 1)
+        return b"".join(zframes.decode_many(self._src, chunk.frames, chunk.first_frame + 1))
 
     def chunk_lines(self, index: int) -> list[bytes]:
         if self._cache is not None and self._cache[0] == index:
@@ -495,21 +498,26 @@ class FramedLog(SessionLog):
         if not count:
             return [], tail
         frames = [f for chunk in self.chunks[: self._whole_chunks(last)] for f in chunk.frames]
+        if isinstance(run, FileRun):
+            return [run.source.read(f.start, f.end) for f in frames], tail
         start = frames[0].start
         return [bytes(run[f.start - start : f.end - start]) for f in frames], tail
 
-    def prefix_run(self, last: int) -> tuple[bytes | memoryview, int, bytes]:
+    def prefix_run(self, last: int) -> tuple[bytes | memoryview | FileRun, int, bytes]:
         """The whole frames are adjacent in the file, so they are one run, written with one call
         (a fork of a 100 MB log copies thousands of them) from a view of the bytes read: the
         log is never held twice."""
         if last < 0:
             return b"", 0, b""
         whole = self._whole_chunks(last)
-        run: bytes | memoryview = b""
+        run: bytes | memoryview | FileRun = b""
         count = sum(len(chunk.frames) for chunk in self.chunks[:whole])
         if whole:
             first, end = self.chunks[0].frames[0], self.chunks[whole - 1].frames[-1]
-            run = memoryview(self.data)[first.start : end.end]
+            if self.source is not None:
+                run = FileRun(self.source, first.start, end.end)
+            else:
+                run = memoryview(self.data)[first.start : end.end]
         tail = b""
         if whole < len(self.chunks) and self.chunks[whole].first_seq <= last:
             chunk = self.chunks[whole]
@@ -608,7 +616,7 @@ def _summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
 
 
 def _index_frames(
-    data: bytes, frames: tuple[zframes.Frame, ...], wanted: frozenset[str], where: str
+    data: zframes.Data, frames: tuple[zframes.Frame, ...], wanted: frozenset[str], where: str
 ) -> tuple[list[Chunk], list[Event]]:
     """The chunks of ``frames`` and the events of the types in ``wanted``.
 
@@ -640,7 +648,7 @@ def _index_frames(
 
 
 def _runs(
-    data: bytes, frames: tuple[zframes.Frame, ...], first_index: int, where: str
+    data: zframes.Data, frames: tuple[zframes.Frame, ...], first_index: int, where: str
 ) -> Iterator[tuple[int, tuple[zframes.Frame, ...], bytes]]:
     """(index of the first frame, frames, plaintext) of each run of adjacent frames whose
     plaintexts end on a line boundary; trailing empty frames come as a run with no plaintext.
@@ -677,7 +685,7 @@ def _runs(
 
 
 def _run_events(
-    data: bytes,
+    data: zframes.Data,
     frames: tuple[zframes.Frame, ...],
     first_index: int,
     first_seq: int,
@@ -786,7 +794,7 @@ def peek_fields(generation: Generation) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _header_line(data: bytes, frame: zframes.Frame, where: str) -> bytes:
+def _header_line(data: zframes.Data, frame: zframes.Frame, where: str) -> bytes:
     plaintext = zframes.decode(data, frame, 0, zframes.MAX_HEADER_PLAINTEXT)
     if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
         raise CorruptLog(f"{where}: first frame is not exactly one header line", frame=0)
@@ -799,6 +807,7 @@ def open_log(
     collect: Iterable[str] = (),
     check_dir: bool = True,
     index: bool = True,
+    stream: bool = False,
 ) -> SessionLog:
     """Stable-read and index one generation (format §13 steps 2–6).
 
@@ -806,9 +815,15 @@ def open_log(
     ``log.collected``, so a caller that needs a few types decodes every frame only once.
     A caller that will read every event anyway (inspect, validation) passes ``index=False``:
     the frames are then indexed by its first ``events()`` pass, and each is decoded once.
+    With ``stream`` a framed log is indexed at once and never held whole (``open_streamed``).
     """
     check_version(generation)
-    data, identity = stable_read(generation.path)
+    wanted = frozenset(collect)
+    streamed = stream and generation.encoding == "zstd" and generation.version >= 2
+    if streamed:
+        log: SessionLog = open_streamed(generation, wanted)
+    else:
+        data, identity = stable_read(generation.path)
     if check_dir:
         now = current_generation(generation.path.parent)
         if now is None or now.path != generation.path:
@@ -816,7 +831,8 @@ def open_log(
                 f"{generation.path.parent}: its generations changed while being read",
                 path=str(generation.path),
             )
-    wanted = frozenset(collect)
+    if streamed:
+        return log
     where = str(generation.path)
     if generation.encoding == "plain":
         header_end = data.find(b"\n")
@@ -879,3 +895,63 @@ def open_log(
 def parse_recovered(log: SessionLog) -> list[bytes]:
     """The torn tail's complete lines that DSH keeps: parsable and continuing the seqs."""
     return list(log.recovered)
+
+
+def open_streamed(generation: Generation, wanted: frozenset[str]) -> FramedLog:
+    """A framed log indexed from its descriptor in bounded windows: only the frame offsets and
+    per-frame summaries are kept, each frame decoded once and its plaintext dropped (memory
+    stays flat whatever the file's size). Stable like ``stable_read``: the file must be the
+    one stat'ed before it was opened until the index is built (one retry), and it stays open
+    so that a copy of its frames can check that again (``FileBytes.check``)."""
+    path = generation.path
+    for _ in range(2):
+        try:
+            before = _identity(os.stat(path))
+            with open(path, "rb") as handle:  # this module's open: no link, no FIFO
+                fd = os.dup(handle.fileno())
+        except FileNotFoundError:
+            raise SessionStale(
+                f"{path} disappeared while it was being read", path=str(path)
+            ) from None
+        source = FileBytes(fd, path, before)
+        try:
+            log = _index_streamed(generation, source, wanted)
+            source.check()
+            return log
+        except SessionStale:
+            pass  # the file changed (a short read, or another identity): read it again
+        except CorruptLog:
+            with contextlib.suppress(SessionStale):
+                source.check()
+                raise  # the file read is the file there: its defect stands
+        source.close()
+    raise SessionStale(f"{path} changed while it was being read", path=str(path))
+
+
+def _index_streamed(generation: Generation, source: FileBytes, wanted: frozenset[str]) -> FramedLog:
+    where = str(generation.path)
+    scan = zframes.scan_file(source)
+    if not scan.frames:
+        raise CorruptLog(_NO_HEADER_FRAME.format(where=where), path=where)
+    header = parse_header(
+        _header_line(source, scan.frames[0], where), generation.version, where=where
+    )
+    torn = None
+    if scan.torn_start is not None:
+        tail = zframes.decode_torn(source, scan.torn_start, len(scan.frames))
+        complete = tail[: tail.rfind(b"\n") + 1]
+        lines = tuple(complete[:-1].split(b"\n")) if complete else ()
+        torn = TornTail(scan.torn_start, scan.size - scan.torn_start, lines)
+    framed = FramedLog(
+        generation,
+        b"",
+        source.identity,
+        header,
+        scan.frames[0].end,
+        scan.frames[1:],
+        torn,
+        wanted=wanted,
+        source=source,
+    )
+    framed.build_index()
+    return framed

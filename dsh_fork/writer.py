@@ -47,6 +47,7 @@ from .locking import SessionLock
 from .model import MODEL_TYPES, Facts, facts_of
 from .reader import SessionLog, open_log, parse_recovered
 from .records import encode_event
+from .source import FileRun
 
 FILE_MODE = 0o600
 
@@ -118,6 +119,13 @@ def _write_all(fd: int, data: bytes | memoryview, path: Path, kind: str = "write
     while view:
         view = view[os.write(fd, view) :]
     faults.done(kind, path)
+
+
+def _copy_run(fd: int, run: FileRun, path: Path) -> None:
+    """``_write_all`` of a run of another file's bytes, copied file to file."""
+    faults.step("write", path)
+    run.copy_to(fd, faults.tear_at(len(run)))
+    faults.done("write", path)
 
 
 def _fsync(fd: int, path: Path) -> None:
@@ -234,14 +242,15 @@ def _generation_names(handle: DirFd) -> list[tuple[int, str, str]]:
 class Body:
     """The events of a new session: whole compressed frames, then plaintext lines to frame."""
 
-    frames: list[bytes | memoryview] = field(default_factory=list)
-    """Whole frames, written as they are: a view of a source log's bytes is never copied."""
+    frames: list[bytes | memoryview | FileRun] = field(default_factory=list)
+    """Whole frames, written as they are: a view of a source log's bytes is never copied, and
+    a run of a log read on demand goes from file to file (``FileRun.copy_to``)."""
     tail: bytes = b""
 
     def add_lines(self, lines: list[bytes]) -> None:
         self.tail += b"".join(lines)
 
-    def encoded(self) -> list[bytes | memoryview]:
+    def encoded(self) -> list[bytes | memoryview | FileRun]:
         lines = [line + b"\n" for line in self.tail.split(b"\n")[:-1]]
         return self.frames + [zframes.encode(chunk) for chunk in zframes.batch_lines(lines)]
 
@@ -296,10 +305,16 @@ def publish(
         faults.done("create", temp_path)
         try:
             for frame in payload:
-                _write_all(fd, frame, temp_path)
+                if isinstance(frame, FileRun):
+                    _copy_run(fd, frame, temp_path)
+                else:
+                    _write_all(fd, frame, temp_path)
             _fsync(fd, temp_path)
         finally:
             os.close(fd)
+        for frame in payload:  # the frames copied are those read: else SESSION_STALE
+            if isinstance(frame, FileRun):
+                frame.source.check()
         lock.dirs.verify()
         _link_into_place(handle, temp, final)
         linked, temp = temp, None

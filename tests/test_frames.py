@@ -412,6 +412,7 @@ def test_a_record_split_across_two_complete_frames_is_read_as_dsh_reads_it(
     assert (run, whole, tail) == (b"", 0, lines_of(0, 2))
     run, count, tail = log.prefix_run(2)
     assert count == 2 and tail == b""  # both frames of the run, copied as they are
+    assert isinstance(run, memoryview)  # a view of the bytes read, never a copy
     assert b"".join(zframes.decode_many(run, zframes.scan(run).frames)) == split
 
 
