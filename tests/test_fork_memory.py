@@ -28,7 +28,8 @@ SRC = "session-large"
 CWD = "/home/u/proj"
 PROJECT = "--home-u-proj--"
 NOW = 1_800_000_000_000
-LOG_MIB = int(os.environ.get("DSH_FORK_MEMORY_LOG_MIB", "256"))
+LOG_MIB = 1024 if os.environ.get("DSH_FORK_FUZZ") == "deep" else 256
+"""The source's size: 1 GiB under the deep profile."""
 HEADROOM_MIB = 96
 """What the fork may map beyond the interpreter and the modules it imports: well under the
 source's size, so that holding the log (or its verbatim run) once fails."""
