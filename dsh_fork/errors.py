@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from .display import cap
+
 OPEN_IN_DSH_HINT = "open the session once in DSH, which migrates it to v4"
 
 
@@ -24,7 +26,9 @@ class DshForkError(Exception):
         self.details: dict[str, Any] = {k: v for k, v in details.items() if v is not None}
 
     def to_json(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **self.details}
+        """The JSON error object; its message capped like a human error line, since a message
+        may quote a hostile log (a header of 400,000 keys)."""
+        return {"code": self.code, "message": cap(self.message), **self.details}
 
 
 class InternalError(DshForkError):

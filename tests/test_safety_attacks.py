@@ -661,3 +661,19 @@ def test_an_error_line_is_capped_whatever_its_message(capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < MAX_LINE_CHARS + 100
     assert err.endswith("more characters)\n")
+
+
+def test_a_json_error_message_is_capped_whatever_its_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def fail_long() -> None:
+        raise DshForkError("bad header keys: " + ", ".join(f"k{k}" for k in range(400_000)))
+
+    with pytest.raises(Exception) as caught:
+        run(Out(json_mode=True), fail_long)
+    assert getattr(caught.value, "exit_code", None) == 1
+    document = json.loads(capsys.readouterr().out)
+    message = document["error"]["message"]
+    assert message.startswith("bad header keys: k0, k1")
+    assert len(message) < MAX_LINE_CHARS + 100
+    assert message.endswith("more characters)")
