@@ -79,6 +79,11 @@ def step(kind: str, path: Path | str) -> None:
         raise _error(plan, path)
 
 
+def active() -> bool:
+    """Whether a plan is installed: its steps must then run one at a time, in order."""
+    return _plan is not None
+
+
 def done(kind: str, path: Path | str) -> None:
     """Called after a durable step; a crash plan ends the process (or the call) here."""
     plan = _plan

@@ -610,6 +610,13 @@ def _descriptor_to_repair(child: _Opened) -> Any | None:
 # -- the walk ---------------------------------------------------------------------------------
 
 
+COPY_BATCH = 32
+"""Copies of one level published together: their fsyncs overlap. Each keeps its lock (four
+descriptors) until its subtree is done, so a batch is also bounded by ``LOCKS_HELD_MAX``."""
+LOCKS_HELD_MAX = 128
+"""Copy locks a walk holds at once before its batches shrink (to one copy at a time)."""
+
+
 @dataclass
 class _Parent:
     """The new parent of a level as the walk knows it (no id/dir for a planned copy)."""
@@ -643,6 +650,8 @@ class _Walker:
         self.done = 0
         self.created: set[str] = set()
         self.unsynced: set[Path] = set()
+        self.held = 0
+        """Copy locks held by the batches of the levels being walked."""
         self.workspace: Workspace | None = None
 
     def sync(self) -> None:
@@ -677,7 +686,17 @@ class _Walker:
     def level(self, level: _Level, parent: _Parent) -> None:
         self.summary.unrelated.extend(level.unrelated)
         new_facts: list[dict[str, Any]] = []
+        batch: list[_Copy] = []
         for item in level.items:
+            if isinstance(item, _Copy) and not self.dry_run:
+                batch.append(item)
+                if len(batch) >= max(1, min(COPY_BATCH, LOCKS_HELD_MAX - self.held)):
+                    self._copies(batch, parent, new_facts)
+                    batch = []
+                continue
+            if batch:
+                self._copies(batch, parent, new_facts)
+                batch = []
             if isinstance(item, _Fail):
                 self._tick()
                 self._fail(item.id, item.code, item.message)
@@ -691,9 +710,11 @@ class _Walker:
                 )
             elif isinstance(item, _Copy):
                 self._tick()
-                self._copy(item, parent, new_facts)
+                self._copy(item, parent)
             else:
                 self._match(item)
+        if batch:
+            self._copies(batch, parent, new_facts)
         for outcome in level.existing_outcomes:
             if isinstance(outcome, _Fail):
                 self._fail(outcome.id, outcome.code, outcome.message)
@@ -703,50 +724,77 @@ class _Walker:
             self._repair_descriptor(child, data)
         self._append_to_parent(level, parent, new_facts)
 
-    def _copy(self, item: _Copy, parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
-        source = item.source
+    def _copy(self, item: _Copy, parent: _Parent) -> None:
+        """A planned copy of a dry run: recorded with no id, its subtree planned under it."""
         depth = parent.depth + 1
-        if self.dry_run:
-            self._record_copy(item, None, parent.id, depth)
-            self.level(item.level, _Parent(None, None, None, depth))
-            return
-        if running(source.entry.session_dir):
-            self.summary.skipped.append({"id": source.id, "reason": "running"})
-            return
+        self._record_copy(item, None, parent.id, depth)
+        self.level(item.level, _Parent(None, None, None, depth))
+
+    def _copies(self, items: list[_Copy], parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
+        """Publish a batch of one level's copies together (``writer.publish_batch``: their
+        fsyncs overlap), then walk each copy's subtree under the copy's own lock."""
+        depth = parent.depth + 1
         assert parent.id is not None
+        ready: list[tuple[_Copy, str, int, writer.Draft]] = []
+        taken: set[str] = set()
+        for item in items:
+            self._tick()
+            source = item.source
+            if running(source.entry.session_dir):
+                self.summary.skipped.append({"id": source.id, "reason": "running"})
+                continue
+            try:
+                if parent.id in self.created:
+                    self.sync()  # a copy's header names its parent: that parent must be durable
+                copy_id, created_at, draft = self._draft(item, parent.id, depth, taken)
+            except DshForkError as exc:
+                self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
+                continue
+            taken.add(copy_id)
+            ready.append((item, copy_id, created_at, draft))
+        outcomes = writer.publish_batch([d for _, _, _, d in ready], keep_lock=True)
+        locks: list[SessionLock | None] = []
+        for (_, _, _, draft), outcome in zip(ready, outcomes, strict=True):
+            if isinstance(outcome, writer.Published):
+                seeded.register(self.root, draft, outcome)
+                locks.append(outcome.lock)
+                self.held += 1
+            else:
+                locks.append(None)
         try:
-            if parent.id in self.created:
-                self.sync()  # a copy's header names its parent: that parent must be durable
-            copy_id, created_at, copy_dir, lock = self._publish(item, parent.id, depth)
-        except DshForkError as exc:
-            what = "" if exc.details.get("published") else " the copy was not written:"
-            self._fail(source.id, exc.code, f"{source.id}:{what} {exc}")
-            return
-        self.created.add(copy_id)
-        try:
-            self._record_copy(item, copy_id, parent.id, depth)
-            plan = fact_from_descriptor(item.descriptor, copy_id, created_at)
-            assert plan.data is not None
-            new_facts.append(plan.data)
-            self.level(item.level, _Parent(copy_id, copy_dir, lock, depth))
+            for index, ((item, copy_id, created_at, draft), outcome) in enumerate(
+                zip(ready, outcomes, strict=True)
+            ):
+                source = item.source
+                if isinstance(outcome, DshForkError):
+                    what = "" if outcome.details.get("published") else " the copy was not written:"
+                    self._fail(source.id, outcome.code, f"{source.id}:{what} {outcome}")
+                    continue
+                lock = locks[index]
+                assert lock is not None
+                self.created.add(copy_id)
+                self._record_copy(item, copy_id, parent.id, depth)
+                plan = fact_from_descriptor(item.descriptor, copy_id, created_at)
+                assert plan.data is not None
+                new_facts.append(plan.data)
+                self.level(item.level, _Parent(copy_id, draft.session_dir, lock, depth))
+                lock.release()
+                locks[index] = None
+                self.held -= 1
         finally:
-            lock.release()
+            for held in locks:
+                if held is not None:
+                    held.release()
+                    self.held -= 1
 
-    def _record_copy(
-        self, item: _Copy, copy_id: str | None, parent_id: str | None, depth: int
-    ) -> None:
-        self.summary.copied.append(
-            {"source": item.source.id, "copy": copy_id, "parent": parent_id, "depth": depth}
-        )
-
-    def _publish(
-        self, item: _Copy, parent_id: str, depth: int
-    ) -> tuple[str, int, Path, SessionLock]:
-        """Write the copy (semantics §1.5, §4.4.1): S's events ``0..K(S)-1`` verbatim, the
-        marker, S's descriptor; it stays locked until its own subtree is done."""
+    def _draft(
+        self, item: _Copy, parent_id: str, depth: int, taken: set[str]
+    ) -> tuple[str, int, writer.Draft]:
+        """The copy to write (semantics §1.5, §4.4.1): S's events ``0..K(S)-1`` verbatim,
+        the marker, S's descriptor, in a new session dir."""
         source = item.source
         assert source.log is not None and source.facts is not None
-        copy_id = seeded.fresh_id(self.root, self.new_id)
+        copy_id = seeded.fresh_id(self.root, self.new_id, taken)
         created_at = self.clock()
         plan = seeded.plan(
             source.log,
@@ -761,11 +809,18 @@ class _Walker:
         )
         if self.workspace is not None:  # a fork moved to another workspace: copies follow
             plan.cwd = rebase_cwd(plan.cwd, *self.workspace)
-        published = seeded.write(
-            self.root, plan, source.log, keep_lock=True, deferred=self.unsynced
+        return (
+            copy_id,
+            created_at,
+            seeded.draft(self.root, plan, source.log, deferred=self.unsynced),
         )
-        assert published.lock is not None
-        return copy_id, created_at, published.session_dir, published.lock
+
+    def _record_copy(
+        self, item: _Copy, copy_id: str | None, parent_id: str | None, depth: int
+    ) -> None:
+        self.summary.copied.append(
+            {"source": item.source.id, "copy": copy_id, "parent": parent_id, "depth": depth}
+        )
 
     def _match(self, item: _Match) -> None:
         copy = item.existing

@@ -20,6 +20,7 @@ rules they share live here, once:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,11 +89,12 @@ def preset(facts: Facts, inherited: int) -> str | None:
     return facts.preset_at(inherited - 1)
 
 
-def fresh_id(root: Root, new_id: IdFactory) -> str:
-    """``session-<uuid4>`` not used by any session dir of the root (format §2.7)."""
+def fresh_id(root: Root, new_id: IdFactory, taken: Container[str] = ()) -> str:
+    """``session-<uuid4>`` not used by any session dir of the root (format §2.7), nor in
+    ``taken`` (the ids of a batch not yet published)."""
     for _ in range(ID_ATTEMPTS):
         candidate = new_id()
-        if not root.exists(candidate):
+        if candidate not in taken and not root.exists(candidate):
             return candidate
     raise InternalError(f"{ID_ATTEMPTS} fresh session ids in a row already exist")
 
@@ -124,6 +126,36 @@ def plan(
     )
 
 
+def draft(
+    root: Root, seeded: SeededPlan, source: SessionLog, *, deferred: set[Path] | None = None
+) -> writer.Draft:
+    """The session's dir in ``projectKey(cwd)`` (created) and what to publish in it.
+
+    Whole compressed frames of the prefix are copied verbatim; only the frame holding the last
+    inherited event is re-framed (``SessionLog.prefix_run``). With ``deferred`` the new dirs'
+    parents are fsynced by the caller (``writer.sync_dirs``) before anything refers to them.
+    """
+    run, _, cut_lines = source.prefix_run(seeded.inherited - 1)
+    body = writer.Body(frames=[run] if run else [], tail=cut_lines + seeded.own_lines())
+    session_dir = writer.ensure_session_dir(
+        root.path,
+        project_dir_name(seeded.cwd),
+        encode_segment(seeded.session_id),
+        deferred=deferred,
+    )
+    return writer.Draft(session_dir, seeded.header_line(), body)
+
+
+def register(root: Root, draft: writer.Draft, published: writer.Published) -> None:
+    """List the published session in the root's listing, so the rest of the run sees it."""
+    with contextlib.suppress(DshForkError, OSError):
+        root.register(
+            draft.session_dir,
+            parse_header(draft.header_line[:-1], SUPPORTED_VERSION),
+            Generation(published.path, SUPPORTED_VERSION, "zstd"),
+        )
+
+
 def write(
     root: Root,
     seeded: SeededPlan,
@@ -132,26 +164,8 @@ def write(
     keep_lock: bool,
     deferred: set[Path] | None = None,
 ) -> writer.Published:
-    """Publish the session in ``projectKey(cwd)`` and register it in the root's listing.
-
-    Whole compressed frames of the prefix are copied verbatim; only the frame holding the last
-    inherited event is re-framed (``SessionLog.prefix_run``). With ``deferred`` the new dirs'
-    parents are fsynced by the caller (``writer.sync_dirs``) before anything refers to them.
-    """
-    run, _, cut_lines = source.prefix_run(seeded.inherited - 1)
-    body = writer.Body(frames=[run] if run else [], tail=cut_lines + seeded.own_lines())
-    header_line = seeded.header_line()
-    session_dir = writer.ensure_session_dir(
-        root.path,
-        project_dir_name(seeded.cwd),
-        encode_segment(seeded.session_id),
-        deferred=deferred,
-    )
-    published = writer.publish(session_dir, header_line, body, keep_lock=keep_lock)
-    with contextlib.suppress(DshForkError, OSError):
-        root.register(
-            session_dir,
-            parse_header(header_line[:-1], SUPPORTED_VERSION),
-            Generation(published.path, SUPPORTED_VERSION, "zstd"),
-        )
+    """Publish the session (``draft``) and register it in the root's listing."""
+    made = draft(root, seeded, source, deferred=deferred)
+    published = writer.publish(made.session_dir, made.header_line, made.body, keep_lock=keep_lock)
+    register(root, made, published)
     return published
