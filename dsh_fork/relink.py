@@ -1027,7 +1027,8 @@ def _run(
             },
         )
     try:
-        walker.level(level, top)
+        with writer.sync_threads():
+            walker.level(level, top)
     finally:
         walker.sync()
     if summary.catalogued:

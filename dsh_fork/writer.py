@@ -25,7 +25,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,13 +371,21 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
 _pool: ThreadPoolExecutor | None = None
 
 
-def _sync_pool() -> ThreadPoolExecutor:
-    """The process's fsync threads, started once (starting them per batch costs more than
-    the waits they hide on a quiet disk)."""
+@contextlib.contextmanager
+def sync_threads() -> Iterator[None]:
+    """Run the batches published inside the block with their fsyncs on a few threads, started
+    once for the block and stopped after it (a process with threads left running can no longer
+    fork the helper that decodes half of a large log, ``parallel.available``)."""
     global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
-    return _pool
+    if _pool is not None:
+        yield
+        return
+    _pool = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
+    try:
+        yield
+    finally:
+        pool, _pool = _pool, None
+        pool.shutdown()
 
 
 def _as_error(exc: Exception, session_dir: Path) -> DshForkError:
@@ -405,8 +413,8 @@ def _run_stage(
             return exc
         return None
 
-    if threads and not faults.active():
-        errors = list(_sync_pool().map(attempt, [p for _, p in items]))
+    if threads and _pool is not None and not faults.active():
+        errors = list(_pool.map(attempt, [p for _, p in items]))
     else:
         errors = [attempt(p) for _, p in items]
     for (index, pending), exc in zip(items, errors, strict=True):

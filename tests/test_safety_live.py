@@ -99,12 +99,18 @@ def test_a_locked_copy_whose_child_needs_a_catalog_fact_is_left_for_later(
     repair_tree(root)
     links = [k for k, (kind, _) in enumerate(plan.log, 1) if kind == "link"]
     appends = [k for k, (kind, _) in enumerate(plan.log, 1) if kind == "append"]
-    # The first append after the second copy's link is the fact in c1's copy for g1's copy.
-    crash_at = links[1] + 1
-    assert any(k > links[1] for k in appends)
+    # The first append is the fact in c1's copy for g1's copy, the last copy linked before it
+    # (the copies of one level are published together, then each one's subtree); the ids are
+    # drawn in the same order on every run, so c1's copy is the dir of that append.
+    g1_link = max(k for k in links if k < appends[0])
+    crash_at = g1_link + 1
+    c1_copy_dir = Path(plan.log[appends[0] - 1][1]).parent.name
+    assert g1_link != links[0] and c1_copy_dir.startswith("session-") and c1_copy_dir != "session-C"
     with pytest.raises(faults.InjectedCrash), faults.install("crash", crash_at):
         run(root, "session-C")
-    copy_of_c1 = next(e for e in Root(root).children_of("session-C") if e.id != "legacy-c3")
+    copy_of_c1 = next(
+        e for e in Root(root).children_of("session-C") if e.session_dir.name == c1_copy_dir
+    )
     assert [e.id for e in Root(root).children_of(copy_of_c1.id or "")] != []
     frozen = digest_of(root, copy_of_c1.id or "")
     holder = hold_lock(copy_of_c1.session_dir)
