@@ -251,11 +251,12 @@ class Root:
                 except OSError as exc:
                     unlisted.append(_unlisted(base, exc, "project directory"))
                     continue
+                prefix = base if base.endswith(os.sep) else base + os.sep
                 for name in names:
-                    entry = _list_entry(os.path.join(base, name))
+                    entry = _list_entry(prefix + name)  # str paths: no Path per session
                     if entry is None:
                         continue
-                    if entry.generation is None:
+                    if not entry._names:  # no generation: named as unreadable
                         unlisted.append(entry)
                     else:
                         found.append(entry)
@@ -473,7 +474,7 @@ def _list_entry(dir_text: str) -> SessionEntry | None:
             generation = entry.generation
             assert generation is not None
             read_header(generation)  # raises the future-generation refusal
-        line = read_header_line(os.path.join(dir_text, name), encoding)
+        line = read_header_line(dir_text + os.sep + name, encoding)
     except DshForkError as exc:
         entry.error = exc
         generation = entry.generation

@@ -209,6 +209,36 @@ def _windows(
         k = stop
 
 
+def first_line(data: bytes) -> bytes | None:
+    """The header line of a log whose first frame is whole in ``data`` and holds exactly one
+    line, decoded by one libzstd call; None whenever that is not plainly so.
+
+    A listing calls this once per session, so it skips the Python walk of ``scan``: libzstd
+    decodes only a complete first frame (a torn one fails), verifies its checksum and refuses
+    reserved block types and oversized blocks, as ``scan`` does; the magic and the two header
+    bits libzstd does not refuse are checked here. The output stays within the header bound.
+    Any doubt (no declared size, a declared size beyond the bound, a decode error, not one
+    line) returns None, and the caller takes the structural path, which gives the verdict.
+    """
+    if len(data) < 6 or data[:4] != _MAGIC_BYTES or data[4] & 0x18:
+        return None
+    try:
+        declared = zstandard.get_frame_parameters(data).content_size
+        if declared == zstandard.CONTENTSIZE_UNKNOWN:
+            plaintext = _DECOMPRESSOR.decompress(
+                data, max_output_size=MAX_HEADER_PLAINTEXT, allow_extra_data=True
+            )
+        elif 0 < declared <= MAX_HEADER_PLAINTEXT:
+            plaintext = _DECOMPRESSOR.decompress(data, allow_extra_data=True)
+        else:
+            return None
+    except zstandard.ZstdError:
+        return None
+    if plaintext.find(b"\n") != len(plaintext) - 1:  # empty, several lines or none
+        return None
+    return plaintext[:-1]
+
+
 def _too_large(frame: Frame, index: int, limit: int) -> CorruptLog:
     return _corrupt(
         f"frame decodes to more than {limit:,} bytes (dsh-fork's bound for such a frame)",

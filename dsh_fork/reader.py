@@ -750,6 +750,10 @@ def read_header_line(path: str | Path, encoding: Encoding) -> bytes:
     fd = open_regular(path)  # never through a link, never blocking on a FIFO
     try:
         data = os.read(fd, HEADER_FIRST_READ)
+        if encoding != "plain":
+            line = zframes.first_line(data)
+            if line is not None:
+                return line
         while True:
             if len(data) > HEADER_MAX_READ:  # bounded like its decode (frames module)
                 raise CorruptLog(
