@@ -234,7 +234,7 @@ def first_line(data: bytes) -> bytes | None:
             return None
     except zstandard.ZstdError:
         return None
-    if plaintext.find(b"\n") != len(plaintext) - 1:  # empty, several lines or none
+    if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:  # not one line
         return None
     return plaintext[:-1]
 

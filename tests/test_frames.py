@@ -640,3 +640,66 @@ def test_a_record_spanning_frames_is_bounded(
     monkeypatch.setattr(reader, "MAX_RUN_BYTES", 25)
     with pytest.raises(CorruptLog, match=r"a record spans frames 2\.\.4, more than"):
         open_bytes(gen_at(tmp_path), data)
+
+
+def structural_header_line(data: bytes) -> bytes | str:
+    """The header line by the structural walk alone (scan, bounded decode, one-line check),
+    or the kind of failure: the reference for the one-call path of a listing."""
+    try:
+        scan = zframes.scan(data, limit=1)
+        if not scan.frames:
+            return "torn"
+        return reader._header_line(data, scan.frames[0], "log")
+    except CorruptLog:
+        return "corrupt"
+
+
+def header_variants() -> dict[str, bytes]:
+    line = HEADER + b"\n"
+    body = zframes.encode(lines_of(1, 2))
+    made = {name: build(line) + body for name, (build, _, _, _) in VARIANTS.items()}
+    made["encode"] = zframes.encode(line) + body
+    made["two lines"] = zframes.encode(line + lines_of(0, 1)) + body
+    made["no newline"] = zframes.encode(HEADER) + body
+    made["empty frame"] = zframes.encode(b"") + body
+    made["raw blocks"] = (
+        zstandard.ZstdCompressor(level=-5, write_checksum=True).compress(bytes(range(256)) + b"\n")
+        + body
+    )
+    return made
+
+
+@pytest.mark.parametrize("name", list(header_variants()))
+def test_the_one_call_header_read_never_differs_from_the_structural_walk(name: str) -> None:
+    """Every cut and every bit flip of the header frame: the one-call path either declines
+    (None, the walk then decides) or gives the very line the walk gives; it never reads a
+    header where the walk finds a torn or corrupt frame."""
+    data = header_variants()[name]
+    first_end = zframes.scan(data, limit=1).frames[0].end
+    damaged = [data[:cut] for cut in range(first_end + 3)]
+    for k in range(first_end * 8):
+        flipped = bytearray(data)
+        flipped[k // 8] ^= 1 << (k % 8)
+        damaged.append(bytes(flipped))
+    flipped = bytearray(data)
+    flipped[4] |= 0x10  # the unused header bit: libzstd ignores it, the walk refuses it
+    damaged.append(bytes(flipped))
+    for blob in [data, *damaged]:
+        fast = zframes.first_line(blob)
+        if fast is not None:
+            assert fast == structural_header_line(blob), blob
+    whole = structural_header_line(data)
+    assert zframes.first_line(data) == (whole if isinstance(whole, bytes) else None)
+
+
+def test_listing_reads_the_same_header_either_way(tmp_path: Path) -> None:
+    """reader.read_header_line on a file gives the structural walk's line or its error."""
+    gen = gen_at(tmp_path)
+    for name, data in header_variants().items():
+        gen.path.write_bytes(data)
+        expected = structural_header_line(data)
+        try:
+            got: bytes | str = reader.read_header_line(gen.path, "zstd")
+        except CorruptLog:
+            got = "corrupt"
+        assert got == expected, name
