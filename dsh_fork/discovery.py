@@ -130,11 +130,20 @@ class SessionEntry:
 
     def _validate(self) -> None:
         line, self._line = self._line, None
-        generation = self.generation
-        if line is None or generation is None:
+        if line is None:
             return
+        if self._generations is None:  # a listed entry: its names, no Path built
+            if not self._names:
+                return
+            version, _, name = self._names[-1]
+            where = self._dir_text + os.sep + name
+        else:
+            generation = select(self._generations)
+            if generation is None:
+                return
+            version, where = generation.version, str(generation.path)
         try:
-            self._header = parse_header(line, generation.version, where=str(generation.path))
+            self._header = parse_header(line, version, where=where)
         except DshForkError as exc:
             self._error = exc
             self._raw_fields = self._raw  # what peek_fields would read from the same line
