@@ -102,3 +102,24 @@ def foreign_roots(name: str) -> Path:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return FOREIGN / name
+
+
+def generate_oddities(root: Path, *, relinked: bool = True) -> None:
+    """A generated root with every oddity the fixture generator makes: chains of forks
+    (relinked or not), legacy copies, open turns, torn tails and v3 trees."""
+    generate(
+        root,
+        sessions=2,
+        agents=2,
+        depth=2,
+        turns=3,
+        tools=True,
+        forks=2,
+        fork_depth=2,
+        relinked=relinked,
+        legacy=True,
+        open_turns=True,
+        torn_tails=True,
+        old_generation=1,
+        seed=5,
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli, tree_digest
-from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots
+from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots, generate_oddities
 
 from dsh_fork import frames as zframes
 from dsh_fork import porcelain
@@ -157,24 +157,7 @@ def test_foreign_roots_add_up(name: str) -> None:
 
 def test_a_generated_root_with_every_oddity_adds_up(root: Path) -> None:
     """Chains of forks (relinked), legacy copies, open turns, torn tails and v3 trees."""
-    from dsh_fork.fixtures import generate
-
-    generate(
-        root,
-        sessions=2,
-        agents=2,
-        depth=2,
-        turns=3,
-        tools=True,
-        forks=2,
-        fork_depth=2,
-        relinked=True,
-        legacy=True,
-        open_turns=True,
-        torn_tails=True,
-        old_generation=1,
-        seed=5,
-    )
+    generate_oddities(root)
     usage = porcelain.du(Context.of(str(root)), None, top=None)
     assert usage.total.bytes == files_under(root)
     for item in usage.sessions:

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli, tree_digest
-from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots, relink_fork, turn_ends
+from lineagekit import (
+    FOREIGN_ROOTS,
+    Family,
+    build_family,
+    foreign_roots,
+    generate_oddities,
+    relink_fork,
+    turn_ends,
+)
 
 from dsh_fork import porcelain
 from dsh_fork.discovery import Root
@@ -335,24 +343,7 @@ def test_a_terminal_gets_a_rich_tree_with_every_session(root: Path) -> None:
 def test_a_generated_root_with_chains_of_forks_and_every_oddity(root: Path, relinked: bool) -> None:
     """The fixture generator's forks of forks, legacy copies, open turns, torn tails and v3
     trees: every session once, under its parent, forks with their cut."""
-    from dsh_fork.fixtures import generate
-
-    generate(
-        root,
-        sessions=2,
-        agents=2,
-        depth=2,
-        turns=3,
-        tools=True,
-        forks=2,
-        fork_depth=2,
-        relinked=relinked,
-        legacy=True,
-        open_turns=True,
-        torn_tails=True,
-        old_generation=1,
-        seed=5,
-    )
+    generate_oddities(root, relinked=relinked)
     found = porcelain.tree(Context.of(str(root)), None)
     assert_every_session_once(root, found)
     nodes = list(found.nodes())
