@@ -63,3 +63,31 @@ def test_help_lists_every_command() -> None:
 def test_app_imported_from_the_entry_module_has_every_command() -> None:
     names = {app_module._name_of(info) for info in app_module.app.registered_commands}
     assert {"doctor", "fixture", "fork", "inspect", "list-agents", "relink"} <= names
+
+
+VERSION_PROBE = (
+    "import sys\n"
+    "from dsh_fork.cli.app import main\n"
+    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as exit:\n"
+    "    assert not exit.code, exit.code\n"
+    "print('typer' in sys.modules, file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "typer_loaded"),
+    [(["--version"], False), (["-V"], False), (["-q", "--version"], True)],
+)
+def test_the_version_is_the_same_with_or_without_typer(args: list[str], typer_loaded: bool) -> None:
+    """A bare ``--version`` is answered before typer is imported; its answer is the one the
+    full parser gives (``-q --version`` goes through typer)."""
+    from dsh_fork import __version__
+
+    proc = subprocess.run(
+        [sys.executable, "-c", VERSION_PROBE, *args], capture_output=True, text=True, check=True
+    )
+    assert proc.stdout == f"dsh-fork {__version__}\n"
+    assert proc.stderr.strip().splitlines()[-1] == str(typer_loaded)

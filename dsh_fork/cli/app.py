@@ -4,25 +4,23 @@ Start-up is paid on every run, and typer builds the options of every registered 
 before it runs one, so the console script registers only the command being run (its module
 is named for it, ``list-agents`` in ``list_agents``, unless ``_MODULES`` says otherwise).
 Anything else (no command, ``--help``, an unknown name, shell completion) and any import of
-``app`` from here registers them all.
+``app`` from here registers them all. A bare ``--version`` (or ``-V``) is answered before
+typer is imported at all: it is the one run whose answer needs nothing else.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import typer
-
-from . import base
-
 __all__ = ["app", "main"]
 
 if TYPE_CHECKING:
+    import typer
+
     app: typer.Typer  # provided by __getattr__, with every command registered
 
 _VALUE_OPTIONS = ("--root",)  # the app's options that take a value
@@ -33,12 +31,21 @@ _COMPLETION_VAR = "_DSH_FORK_COMPLETE"
 def __getattr__(name: str) -> typer.Typer:
     if name == "app":
         _register_all()
+        from . import base
+
         return base.app
     raise AttributeError(name)
 
 
 def main() -> None:
     args = sys.argv[1:]
+    if args in (["--version"], ["-V"]) and not os.environ.get(_COMPLETION_VAR):
+        from .. import __version__
+
+        sys.stdout.write(f"dsh-fork {__version__}\n")
+        return
+    from . import base
+
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
     base.app(prog_name="dsh-fork")
@@ -47,6 +54,8 @@ def main() -> None:
 def _register_only(args: Sequence[str]) -> bool:
     """Register the one command ``args`` run (none for a bare ``--version``); False when
     ``args`` need every command or name none."""
+    from . import base
+
     name = _command_name(args)
     if name is None:
         return "--version" in args and not {"-h", "--help"} & set(args)
@@ -80,5 +89,7 @@ def _name_of(info: typer.models.CommandInfo) -> str | None:
 
 
 def _register_all() -> None:
+    import pkgutil
+
     for module in pkgutil.iter_modules(sys.modules[__package__].__path__):
         importlib.import_module(f"{__package__}.{module.name}")
