@@ -7,7 +7,8 @@ anything: about four times faster. It accepts a subset of what ``dense_run`` acc
 refuses lenient spellings that DSH reads: lone surrogate escapes, a ``seq`` of ``5.0``, big
 integers; and nesting near orjson's depth limit), and whatever it refuses goes to
 ``dense_run``, which decides and names the defect. So the verdict on a line never depends on
-whether msgspec is installed; without it every line takes ``dense_run``.
+whether msgspec is installed; without it every line takes ``dense_run``. Short frames take
+``dense_run`` too (``FAST_MIN_LINES``), and msgspec is imported only when a frame is long.
 """
 
 from __future__ import annotations
@@ -15,33 +16,51 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Annotated
+from typing import Annotated, Protocol, cast
 
 from .errors import CorruptLog
 from .generations import MAX_SAFE_INTEGER
 from .records import dense_run, parse_event
 
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - the pure-orjson path
-    msgspec = None  # type: ignore[assignment]
+FAST_MIN_LINES = 32
+"""Frames of fewer lines take the orjson form: it is as quick on a few lines, and a short
+command (a two-turn fork, a relink of small agents) does not pay msgspec's import (about 8 ms,
+most of it ``typing_extensions``)."""
 
 
-if msgspec is not None:
+class _Envelope(Protocol):
+    type: str
+    seq: int
 
-    class _Envelope(msgspec.Struct, gc=False):
-        """The two fields an event line must hold; the rest is validated and skipped.
-        Untracked by the garbage collector: a frame makes hundreds of them."""
 
-        type: str
-        seq: Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
+_FastForm = tuple[Callable[[bytes], _Envelope] | None, tuple[type[Exception], ...]]
+"""msgspec's decoder of an envelope (None without msgspec) and the errors that mean "refused"."""
 
-    _decode: Callable[[bytes], _Envelope] | None = msgspec.json.Decoder(_Envelope).decode
+_fast: _FastForm | None = None  # loaded on first use
+
+
+def _load() -> _FastForm:
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - the pure-orjson path
+        return None, ()
+
+    # The two fields an event line must hold; the rest is validated and skipped. Untracked by
+    # the garbage collector: a frame makes hundreds of them.
+    seq = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
+    envelope = msgspec.defstruct("Envelope", [("type", str), ("seq", seq)], gc=False)
     # Deep nesting meets the interpreter's recursion limit inside msgspec: refused here too.
-    _Refused: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
-else:  # pragma: no cover
-    _decode = None
-    _Refused = ()
+    decode = cast(Callable[[bytes], _Envelope], msgspec.json.Decoder(envelope).decode)  # its fields
+    return decode, (msgspec.DecodeError, RecursionError)
+
+
+def fast_form() -> _FastForm:
+    """The msgspec form, imported the first time a frame is long enough to use it."""
+    global _fast
+    if _fast is None:
+        _fast = _load()
+    return _fast
+
 
 _ORJSON_MAX_DEPTH = 1024
 _seq = attrgetter("seq")
@@ -58,10 +77,11 @@ def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[i
     """
     # msgspec's nesting bound is the interpreter's recursion limit, orjson's 1024 levels: only
     # under a limit below that is every line msgspec accepts one orjson accepts too.
-    if _decode is not None and lines and sys.getrecursionlimit() <= _ORJSON_MAX_DEPTH:
+    decode, refused = fast_form() if len(lines) >= FAST_MIN_LINES else (None, ())
+    if decode is not None and lines and sys.getrecursionlimit() <= _ORJSON_MAX_DEPTH:
         try:
-            envelopes = list(map(_decode, lines))
-        except _Refused:
+            envelopes = list(map(decode, lines))
+        except refused:
             pass
         else:
             first = envelopes[0].seq

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import signal
 import threading
 from collections.abc import Callable
@@ -52,6 +51,8 @@ class Child:
         self._done = True
         if status != 0 or not payload:
             return None
+        import pickle
+
         try:
             return pickle.loads(payload)  # our own child's bytes, through a pipe
         except Exception:
@@ -77,6 +78,8 @@ def start(work: Callable[[], Any]) -> Child | None:
     child can be started (the caller then does the work itself)."""
     if not available():
         return None
+    import pickle  # only a split pass pays its import
+
     read_fd, write_fd = os.pipe()
     try:
         pid = os.fork()

@@ -26,10 +26,9 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import faults, fsdir
 from . import frames as zframes
@@ -49,6 +48,9 @@ from .model import MODEL_TYPES, Facts, facts_of
 from .reader import SessionLog, open_log, parse_recovered
 from .records import encode_event
 from .source import FileRun
+
+if TYPE_CHECKING:  # the pool is started only by a relink that publishes batches
+    from concurrent.futures import ThreadPoolExecutor
 
 FILE_MODE = 0o600
 
@@ -368,7 +370,26 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
     return [r for r in results if r is not None]
 
 
-_pool: ThreadPoolExecutor | None = None
+class _SyncThreads:
+    """The fsync threads of a ``sync_threads`` block: started the first time a batch has more
+    than one session to sync, so a block that publishes one session at a time (a fork whose
+    source has no subagents) never starts them, nor imports ``concurrent.futures``."""
+
+    def __init__(self) -> None:
+        self.wanted = False
+        self.pool: ThreadPoolExecutor | None = None
+
+    def get(self, items: int) -> ThreadPoolExecutor | None:
+        if not self.wanted or items < 2:
+            return None
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
+        return self.pool
+
+
+_threads = _SyncThreads()
 
 
 @contextlib.contextmanager
@@ -376,16 +397,16 @@ def sync_threads() -> Iterator[None]:
     """Run the batches published inside the block with their fsyncs on a few threads, started
     once for the block and stopped after it (a process with threads left running can no longer
     fork the helper that decodes half of a large log, ``parallel.available``)."""
-    global _pool
-    if _pool is not None:
+    if _threads.wanted:
         yield
         return
-    _pool = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
+    _threads.wanted = True
     try:
         yield
     finally:
-        pool, _pool = _pool, None
-        pool.shutdown()
+        pool, _threads.pool, _threads.wanted = _threads.pool, None, False
+        if pool is not None:
+            pool.shutdown()
 
 
 def _as_error(exc: Exception, session_dir: Path) -> DshForkError:
@@ -413,8 +434,9 @@ def _run_stage(
             return exc
         return None
 
-    if threads and _pool is not None and not faults.active():
-        errors = list(_pool.map(attempt, [p for _, p in items]))
+    pool = _threads.get(len(items)) if threads and not faults.active() else None
+    if pool is not None:
+        errors = list(pool.map(attempt, [p for _, p in items]))
     else:
         errors = [attempt(p) for _, p in items]
     for (index, pending), exc in zip(items, errors, strict=True):

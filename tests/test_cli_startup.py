@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from dsh_fork.cli import app as app_module
+from dsh_fork.fixtures import generate
 
 PROBE = (
     "import sys\n"
@@ -91,3 +93,33 @@ def test_the_version_is_the_same_with_or_without_typer(args: list[str], typer_lo
     )
     assert proc.stdout == f"dsh-fork {__version__}\n"
     assert proc.stderr.strip().splitlines()[-1] == str(typer_loaded)
+
+
+FORK_PROBE = (
+    "import sys\n"
+    "from dsh_fork.cli.app import main\n"
+    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as exit:\n"
+    "    assert not exit.code, exit.code\n"
+    "heavy = ('msgspec', 'concurrent.futures', 'pickle')\n"
+    "print(' '.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(("agents", "imported"), [(0, ""), (2, "concurrent.futures")])
+def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imported: str) -> None:
+    """A two-turn fork checks its few lines without msgspec and decodes without a helper
+    process; it syncs its one new session without a thread pool, which only a batch of copies
+    (its subagents) starts."""
+    root = tmp_path / "sessions"
+    summary = generate(root, sessions=1, agents=agents, depth=1, turns=2)
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_PROBE, "--root", str(root), "fork", summary.top_level[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"agents: copied {agents}," in proc.stdout
+    assert (proc.stderr.strip().splitlines() or [""])[-1] == imported

@@ -8,6 +8,8 @@ is judged both ways, the second with msgspec switched off as when its import fai
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis profile)
@@ -26,14 +28,32 @@ pytest.importorskip("msgspec", reason="the fast form needs msgspec; the orjson f
 WANTED = frozenset(("agent-preset/selected", "a", "user/message"))
 
 
-def both(lines: list[bytes]) -> tuple[object, object]:
-    fast = envelopes.checked_run(lines, WANTED)
-    saved = envelopes._decode
-    envelopes._decode = None
+@contextmanager
+def orjson_form_only() -> Iterator[None]:
+    """As when msgspec's import fails: every line takes the orjson form."""
+    saved = envelopes._fast
+    envelopes._fast = (None, ())
     try:
-        slow = envelopes.checked_run(lines, WANTED)
+        yield
     finally:
-        envelopes._decode = saved
+        envelopes._fast = saved
+
+
+@contextmanager
+def fast_form_for_any_length() -> Iterator[None]:
+    saved = envelopes.FAST_MIN_LINES
+    envelopes.FAST_MIN_LINES = 1
+    try:
+        yield
+    finally:
+        envelopes.FAST_MIN_LINES = saved
+
+
+def both(lines: list[bytes]) -> tuple[object, object]:
+    with fast_form_for_any_length():
+        fast = envelopes.checked_run(lines, WANTED)
+    with orjson_form_only():
+        slow = envelopes.checked_run(lines, WANTED)
     return fast, slow
 
 
@@ -159,13 +179,10 @@ def test_an_index_is_the_same_without_msgspec(tmp_path: Path) -> None:
     session_dir = spec.publish(tmp_path, frame_target=4096)
     generation = current_generation(session_dir)
     assert generation is not None
-    fast = open_log(generation, collect=["turn/start"])
-    saved = envelopes._decode
-    envelopes._decode = None
-    try:
+    with fast_form_for_any_length():
+        fast = open_log(generation, collect=["turn/start"])
+    with orjson_form_only():
         slow = open_log(generation, collect=["turn/start"])
-    finally:
-        envelopes._decode = saved
     assert len(fast.chunks) > 3
     assert fast.chunks == slow.chunks
     assert [ev.raw for ev in fast.collected] == [ev.raw for ev in slow.collected]
