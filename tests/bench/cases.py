@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,6 @@ from .harness import (
     Row,
     busy_disk,
     copies,
-    dsh,
     loadavg,
     log,
     mb,
@@ -167,7 +165,7 @@ def crowded(bench: Bench, total: int) -> tuple[Path, str]:
     return built
 
 
-def scan_floor(root: Path) -> list[str]:
+def scan_floor(bench: Bench, root: Path) -> list[str]:
     """The floor of a listing: one listdir of each session dir and one read of its header."""
     code = (
         "import os,sys\n"
@@ -179,7 +177,7 @@ def scan_floor(root: Path) -> list[str]:
         "    os.listdir(d)\n"
         f"    with open(os.path.join(d,{CURRENT_NAME!r}),'rb') as h: h.read(4096)\n"
     )
-    return [sys.executable, "-c", code, str(root)]
+    return [bench.install.python, "-c", code, str(root)]
 
 
 def middle_turn_end(path: Path) -> int:
@@ -197,14 +195,14 @@ def same(argv: Sequence[str]) -> ArgvOf:
     return lambda i: argv
 
 
-def fork_argv(big: BigLog, extra: Sequence[str]) -> ArgvOf:
+def fork_argv(bench: Bench, big: BigLog, extra: Sequence[str]) -> ArgvOf:
     """A fork of the large session into a new child per run."""
-    return lambda i: dsh(big.root, "fork", big.session_id, "--id", f"bench-{i}", *extra)
+    return lambda i: bench.dsh(big.root, "fork", big.session_id, "--id", f"bench-{i}", *extra)
 
 
-def relink_argv(targets: Sequence[Path], child: str) -> ArgvOf:
+def relink_argv(bench: Bench, targets: Sequence[Path], child: str) -> ArgvOf:
     """relink of the fork child in run i's own prepared copy of the root."""
-    return lambda i: dsh(targets[i] / "sessions", "relink", child)
+    return lambda i: bench.dsh(targets[i] / "sessions", "relink", child)
 
 
 def fork_startup(bench: Bench) -> tuple[Figures, Figures]:
@@ -212,9 +210,9 @@ def fork_startup(bench: Bench) -> tuple[Figures, Figures]:
 
     def measure() -> tuple[Figures, Figures]:
         small = two_turns(bench)
-        version, _ = bench.pair(lambda i: [*dsh(small.root), "--version"], None)
+        version, _ = bench.pair(lambda i: [bench.install.dsh_fork, "--version"], None)
         fork, _ = bench.pair(
-            lambda i: dsh(small.root, "fork", small.session_id, "--id", f"bench-two-{i}"),
+            lambda i: bench.dsh(small.root, "fork", small.session_id, "--id", f"bench-two-{i}"),
             None,
             between=drop_forks(small.root),
         )
@@ -227,7 +225,7 @@ def fork_startup(bench: Bench) -> tuple[Figures, Figures]:
 
 def startup(bench: Bench) -> list[Row]:
     log("start-up …")
-    python, _ = bench.pair(lambda i: [sys.executable, "-c", "pass"], None)
+    python, _ = bench.pair(lambda i: [bench.install.python, "-c", "pass"], None)
     version, fork = fork_startup(bench)
     base = f"{seconds(python)} (python -c pass)"
     rows = []
@@ -257,7 +255,7 @@ def forks(bench: Bench) -> list[Row]:
     (fork - two-turn fork) / (zstd - tiny zstd)."""
     rows = []
     small = two_turns(bench)
-    fixed = fork_argv(small, [])
+    fixed = fork_argv(bench, small, [])
     tiny = same(["zstd", "-dcq", str(small.log), "-o", os.devnull])
     for mbytes in LOG_MB[bench.profile]:
         big = big_log(bench, mbytes)
@@ -277,7 +275,7 @@ def forks(bench: Bench) -> list[Row]:
         drop = drop_forks(big.root, small.root)
         for case, extra in variants:
             log(f"{case} …")
-            runs = bench.rounds([fork_argv(big, extra), zstd, fixed, tiny], between=drop)
+            runs = bench.rounds([fork_argv(bench, big, extra), zstd, fixed, tiny], between=drop)
             ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
             ratios = [
                 (mine.wall - start.wall) / (theirs.wall - bare.wall)
@@ -314,7 +312,7 @@ def inspects(bench: Bench) -> list[Row]:
         log(f"{case} …")
         pipeline = f"zstdcat {big.log} | jq -c .type | sort | uniq -c > /dev/null"
         ours, slow = bench.pair(
-            same(dsh(big.root, "inspect", big.session_id, "--json")),
+            same(bench.dsh(big.root, "inspect", big.session_id, "--json")),
             shell(pipeline) if has_jq else None,
         )
         judged = mbytes <= 100 and slow is not None
@@ -359,7 +357,7 @@ def relinks(bench: Bench) -> list[Row]:
         for disk in ("quiet", "busy"):
             targets = [next(fresh) for _ in range(runs)]
 
-            argv = relink_argv(targets, child)
+            argv = relink_argv(bench, targets, child)
             if disk == "quiet":
                 ours, _ = bench.pair(argv, None, between=settle)
             else:
@@ -402,10 +400,12 @@ def listings(bench: Bench) -> list[Row]:
     rows = []
     for total in ROOTS[bench.profile]:
         root, parent = crowded(bench, total)
-        floor_argv = scan_floor(root)
+        floor_argv = scan_floor(bench, root)
         case = f"list-agents, {total} sessions"
         log(f"{case} …")
-        agents, floor = bench.pair(same(dsh(root, "list-agents", parent, "--json")), floor_argv)
+        agents, floor = bench.pair(
+            same(bench.dsh(root, "list-agents", parent, "--json")), floor_argv
+        )
         assert floor is not None
         ratio = agents.wall / floor.wall
         if total >= 100_000:
@@ -419,7 +419,7 @@ def listings(bench: Bench) -> list[Row]:
         for command in NEW_COMMANDS:
             case = f"{command}, {total} sessions"
             log(f"{case} …")
-            ours, floor = bench.pair(same(dsh(root, command, "--json")), floor_argv)
+            ours, floor = bench.pair(same(bench.dsh(root, command, "--json")), floor_argv)
             assert floor is not None
             judged = total >= 100_000
             rows.append(
@@ -445,7 +445,7 @@ def many_forks(bench: Bench, total: int, forks: int, children: int) -> Path:
     for parent in summary.top_level:
         fork_session(parent, str(root), at=None, child_id=None, agents=False, dry_run=False)
     filler(root, max(0, total - summary.sessions - 2 * forks), seed=9)
-    bench.run(dsh(root, "relink", "--all"))
+    bench.run(bench.dsh(root, "relink", "--all"))
     return root
 
 
@@ -455,10 +455,10 @@ def relinked(bench: Bench) -> list[Row]:
     forks = 10 if bench.quick else 200
     log(f"tree and du of {forks} relinked forks in a root of {total} sessions …")
     root = many_forks(bench, total, forks, 5)
-    floor_argv = scan_floor(root)
+    floor_argv = scan_floor(bench, root)
     rows = []
     for command in ("tree", "du"):
-        ours, floor = bench.pair(same(dsh(root, command, "--json")), floor_argv)
+        ours, floor = bench.pair(same(bench.dsh(root, command, "--json")), floor_argv)
         assert floor is not None
         rows.append(
             row(

@@ -14,8 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
-DSH_FORK = str(BIN / "dsh-fork")
+REPO = Path(__file__).resolve().parent.parent.parent
 SETTLE_S = 1.0  # after a sync, before a timed run that writes: let writeback go quiet
 
 
@@ -37,6 +36,56 @@ class Row:
     goal: str
     ok: bool | None
     load: str
+
+
+@dataclass(frozen=True)
+class Install:
+    """The interpreter and the console script the commands run with, and how they got there."""
+
+    python: str
+    dsh_fork: str
+    how: str
+
+
+def development_install() -> Install:
+    bin_dir = Path(sys.executable).parent
+    return Install(sys.executable, str(bin_dir / "dsh-fork"), "the development install")
+
+
+def wheel_install(base: Path) -> Install:
+    """dsh-fork as users get it: a wheel of this checkout installed by pip into a new venv
+    (bytecode compiled at install, no editable-install hook at start-up, the console script
+    pip writes). Falls back to the development install, saying so, when that cannot be done
+    (no network for the dependencies, say)."""
+    wheels, venv = base / "wheel", base / "venv"
+    log("installing a wheel of this checkout into a new venv …")
+    steps = (
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        [sys.executable, "-m", "venv", str(venv)],
+    )
+    for step in steps:
+        if subprocess.run(step, capture_output=True, check=False).returncode != 0:
+            return _fallback(step)
+    python = str(venv / "bin" / "python")
+    install = [python, "-m", "pip", "install", "--quiet", *map(str, wheels.glob("*.whl"))]
+    if subprocess.run(install, capture_output=True, check=False).returncode != 0:
+        return _fallback(install)
+    return Install(python, str(venv / "bin" / "dsh-fork"), "a wheel installed in a new venv")
+
+
+def _fallback(step: Sequence[str]) -> Install:
+    log(f"  could not run {' '.join(step[:4])} …: measuring the development install instead")
+    return development_install()
 
 
 @dataclass(frozen=True)
@@ -93,10 +142,6 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def dsh(root: Path, *args: str) -> list[str]:
-    return [DSH_FORK, "--root", str(root), *args]
-
-
 def shell(command: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
@@ -104,18 +149,23 @@ def shell(command: str) -> list[str]:
 class Bench:
     """Runs commands as a user would, each run measured (wall time, peak memory)."""
 
-    def __init__(self, base: Path, repeat: int, profile: Profile) -> None:
+    def __init__(self, base: Path, repeat: int, profile: Profile, install: Install) -> None:
         self.base = base
         self.repeat = repeat
         self.profile = profile
         self.quick = profile is Profile.QUICK
+        self.install = install
         env = dict(os.environ)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("DSH_FORK_FAULT", None)
-        env["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
+        if install.python == sys.executable:  # a development install: no bytecode in the tree
+            env["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
         env["DSH_HOME"] = str(base / "home")  # the operations log stays in the benchmark
         self.env = env
         self._cache: dict[str, object] = {}
+
+    def dsh(self, root: Path, *args: str) -> list[str]:
+        return [self.install.dsh_fork, "--root", str(root), *args]
 
     def run(self, argv: Argv) -> Run:
         """One run through the launcher; stdout discarded; a failing command aborts."""

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .cases import CASES
-from .harness import Bench, Profile, Row, loadavg
+from .harness import Bench, Profile, Row, development_install, loadavg, wheel_install
 
 
 def print_table(rows: list[Row]) -> None:
@@ -84,13 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     priority = raise_priority()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="dsh-fork-bench-") as tmp:
-        bench = Bench(Path(tmp), max(1, args.repeat), profile)
+        base = Path(tmp)
+        install = development_install() if args.quick else wheel_install(base)
+        bench = Bench(base, max(1, args.repeat), profile, install)
         for case in CASES:
             if args.only and not any(text in case.__name__ for text in args.only):
                 continue
             rows += case(bench)
     print()
     print(machine())
+    print(f"dsh-fork measured: {install.how}")
     print(f"load average (1 min) before the run: {load_before}, after: {loadavg()}; {priority}")
     if shutil.which("jq") is None:
         print("jq is not installed: the inspect rows have no zstdcat|jq baseline")
