@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from .records import (
     MISSING,
     Event,
     decode_source_seqs,
+    event_of,
     header_version,
     nonneg_int,
     parse_event,
@@ -412,21 +413,22 @@ def _run_parts(log: FramedLog, whole: _Pass, events: bool) -> None:
             part = _Pass(
                 Validator(log.header, log.version, next_turn=turn, base=first_seq),
                 Facts(log.header, 0),
+                where=log.where,
             )
             part.lines = [] if events else None
-            part.run(log.part_events(k, count, first_seq, part.chunks))
+            log.fold_parts(k, count, first_seq, part.chunks, part.fold)
             return part
 
         child = parallel.start(later)
     try:
         if child is None:
-            whole.run(log.part_events(0, count, 0, whole.chunks))
+            log.fold_parts(0, count, 0, whole.chunks, whole.fold)
         else:
-            whole.run(log.part_events(0, k, 0, whole.chunks))
+            log.fold_parts(0, k, 0, whole.chunks, whole.fold)
             next_seq = whole.chunks[-1].end_seq if whole.chunks else 0
             part = child.result()
             if not (isinstance(part, _Pass) and next_seq == first_seq and whole.absorb(part)):
-                whole.run(log.part_events(k, count, next_seq, whole.chunks))
+                log.fold_parts(k, count, next_seq, whole.chunks, whole.fold)
     finally:
         if child is not None:
             child.cancel()
@@ -452,10 +454,12 @@ class _Pass:
     last_request: Event | None = None  # request headers can be large: keep only the latest
     lines: list[EventLine] | None = None
     chunks: list[Chunk] = field(default_factory=list)
+    where: str = "log"
+    """How the log is named in a defect's message."""
 
     def run(self, events: Iterable[Event]) -> None:
         feed = self.validator.feed
-        add = self.facts.add
+        keep = self._keep
         lines = self.lines
         types: list[str] = []
         for ev in events:
@@ -463,13 +467,59 @@ class _Pass:
             kind = ev.type
             types.append(kind)
             if kind in MODEL_TYPES:
-                if kind == "request/header":
-                    self.last_request = ev
-                else:
-                    add(ev)
+                keep(ev)
             if lines is not None:
                 lines.append(EventLine(ev.seq, kind, ev.time, summarize(ev)))
         self.types.update(types)
+
+    def _keep(self, ev: Event) -> None:
+        """A model event: folded into the facts, or kept as the latest request header."""
+        if ev.type == "request/header":
+            self.last_request = ev
+        else:
+            self.facts.add(ev)
+
+    def fold(self, lines: list[bytes], seq: int) -> None:
+        """``run`` over the events of ``lines`` (the first at ``seq``), checked as
+        ``parse_event`` checks them: each line costs one ``orjson.loads``, and an ``Event`` is
+        built only for a line the validator's common case does not take (``Validator.quick``)
+        or the model facts keep."""
+        if self.lines is not None:
+            self.run(self._events(lines, seq))
+            return
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        quick = self.validator.quick
+        feed = self.validator.feed
+        keep = self._keep
+        where = self.where
+        types: list[str] = []
+        for line in lines:
+            try:
+                obj = loads(line)
+            except decode_error:
+                ev = parse_event(line, seq, where=where)  # lenient, or names the defect
+            else:
+                if type(obj) is dict and quick(obj, seq):
+                    kind = obj["type"]
+                    types.append(kind)
+                    if kind in MODEL_TYPES:
+                        keep(Event(seq, kind, obj["time"], obj["data"], obj, line))
+                    seq += 1
+                    continue
+                ev = event_of(obj, line, seq, where=where)
+            feed(ev)
+            kind = ev.type
+            types.append(kind)
+            if kind in MODEL_TYPES:
+                keep(ev)
+            seq += 1
+        self.types.update(types)
+
+    def _events(self, lines: list[bytes], seq: int) -> Iterator[Event]:
+        where = self.where
+        for line in lines:
+            yield parse_event(line, seq, where=where)
+            seq += 1
 
     def absorb(self, later: _Pass) -> bool:
         """Continue with a pass over the rest of the log (see ``Validator.absorb``)."""
@@ -518,7 +568,7 @@ def _inspect(located: Located, *, events: bool) -> InspectReport:
         log = open_log(generation, index=False)
     except CorruptLog as exc:
         raise _where(exc, generation.path) from None
-    whole = _Pass(Validator(log.header, log.version), Facts(log.header, 0))
+    whole = _Pass(Validator(log.header, log.version), Facts(log.header, 0), where=log.where)
     whole.lines = [] if events else None
     try:
         if isinstance(log, FramedLog) and log.pending_frames:

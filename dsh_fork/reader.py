@@ -381,6 +381,27 @@ class FramedLog(SessionLog):
             self._src, self.pending_frames[start:stop], start, first_seq, self.where, chunks
         )
 
+    def fold_parts(
+        self,
+        start: int,
+        stop: int,
+        first_seq: int,
+        chunks: list[Chunk],
+        fold: Callable[[list[bytes], int], None],
+    ) -> None:
+        """``part_events`` for a caller that parses the lines itself: ``fold(lines, first
+        seq)`` for each run of adjacent frames, which must check every line as
+        ``parse_event`` does (a ``CorruptLog`` it raises is named as ``part_events`` names
+        it)."""
+        runs = _line_runs(
+            self._src, self.pending_frames[start:stop], start, first_seq, self.where, chunks
+        )
+        for k, seq, lines in runs:
+            try:
+                fold(lines, seq)
+            except CorruptLog as exc:
+                raise _run_error(exc, lines, k, self.where) from None
+
     def tail_events(self, next_seq: int, chunks: list[Chunk]) -> Iterator[Event]:
         """The torn tail's kept events after a pass in parts (its chunk goes to ``chunks``)."""
         return self._tail(next_seq, chunks)
@@ -684,15 +705,16 @@ def _runs(
         yield start, tuple(pending), b""
 
 
-def _run_events(
+def _line_runs(
     data: zframes.Data,
     frames: tuple[zframes.Frame, ...],
     first_index: int,
     first_seq: int,
     where: str,
     chunks: list[Chunk],
-) -> Iterator[Event]:
-    """Every event of ``frames``, parsed and checked in order, their chunks appended."""
+) -> Iterator[tuple[int, int, list[bytes]]]:
+    """(index of the first frame, first seq, lines) of each run of ``frames``; a run's chunk
+    is appended once the caller is done with its lines (its events are then all checked)."""
     seq = first_seq
     for k, run, plaintext in _runs(data, frames, first_index, where):
         if not plaintext:
@@ -703,16 +725,34 @@ def _run_events(
                 chunks.append(Chunk(run, seq, 0, k))
             continue
         lines = plaintext[:-1].split(b"\n")
-        first = seq
+        yield k, seq, lines
+        chunks.append(Chunk(run, seq, len(lines), k))
+        seq += len(lines)
+
+
+def _run_error(error: CorruptLog, lines: list[bytes], k: int, where: str) -> CorruptLog:
+    """The defect to name for a run of lines one of which did not parse: an empty line is
+    named as such, not as bad JSON."""
+    if b"" in lines:
+        return CorruptLog(f"{where}: empty line in frame {k + 2}", frame=k + 1)
+    return error
+
+
+def _run_events(
+    data: zframes.Data,
+    frames: tuple[zframes.Frame, ...],
+    first_index: int,
+    first_seq: int,
+    where: str,
+    chunks: list[Chunk],
+) -> Iterator[Event]:
+    """Every event of ``frames``, parsed and checked in order, their chunks appended."""
+    for k, first, lines in _line_runs(data, frames, first_index, first_seq, where, chunks):
         try:
-            for line in lines:
+            for seq, line in enumerate(lines, first):
                 yield parse_event(line, seq, where=where)
-                seq += 1
-        except CorruptLog:
-            if b"" in lines:  # an empty line is named as such, not as bad JSON
-                raise CorruptLog(f"{where}: empty line in frame {k + 2}", frame=k + 1) from None
-            raise
-        chunks.append(Chunk(run, first, len(lines), k))
+        except CorruptLog as exc:
+            raise _run_error(exc, lines, k, where) from None
 
 
 # -- opening --------------------------------------------------------------------------------

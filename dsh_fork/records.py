@@ -306,6 +306,13 @@ def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") ->
         except LineError as exc:
             label = _label(expected_seq)
             raise CorruptLog(f"{where}: event {label} is not JSON ({exc})", line=label) from None
+    return event_of(value, line, expected_seq, lenient=lenient, where=where)
+
+
+def event_of(
+    value: Any, line: bytes, expected_seq: int | None, *, lenient: bool = False, where: str = "log"
+) -> Event:
+    """``parse_event`` of a line already parsed to ``value`` (strictly, unless ``lenient``)."""
     if type(value) is not dict:
         label = _label(expected_seq)
         raise CorruptLog(f"{where}: event {label} is not an object", line=label)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
@@ -23,7 +23,13 @@ from typing import Any, Literal, Self
 
 from .catalog import catalog_problem, descriptor_problem
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
-from .generations import SUPPORTED_VERSION, Generation, list_generations, select
+from .generations import (
+    MAX_SAFE_INTEGER,
+    SUPPORTED_VERSION,
+    Generation,
+    list_generations,
+    select,
+)
 from .layout import encode_segment, project_dir_name
 from .reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
 from .records import (
@@ -420,6 +426,193 @@ class Validator:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, ev, data)
+
+    # -- the common, valid case -------------------------------------------------------------
+
+    def quick(self, obj: dict[str, Any], seq: int) -> bool:
+        """``feed`` of the event parsed (strictly) to ``obj``, expected at ``seq``, when it is
+        of a common type and ``feed`` would find nothing: the state changes as ``feed`` changes
+        it, and True. False, with nothing changed, in every other case: the caller then builds
+        the ``Event`` and ``feed`` decides and words any finding.
+
+        No ``Event`` is built and no finding can come from here, so a rule is still stated
+        once (in ``feed`` and its handlers); what is here is only the condition under which
+        those rules find nothing, and what they then record. A line as DSH writes it holds
+        exactly ``type, seq, time, data`` (and ``surfaceOp`` on the surface types), so the
+        envelope is checked by counting its keys.
+        """
+        kind = obj.get("type")
+        if type(kind) is not str or not self.full:
+            return False
+        check = _QUICK.get(kind)
+        if check is None:
+            return False
+        surface = kind in SURFACE_TYPES
+        if len(obj) != 4 + surface or (surface and obj.get("surfaceOp") != "append"):
+            return False
+        number = obj.get("seq")
+        time = obj.get("time")
+        data = obj.get("data")
+        if (
+            type(number) is not int
+            or number != seq
+            or type(time) is not int
+            or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
+            or type(data) is not dict
+        ):
+            return False
+        return check(self, data, seq)
+
+    def _quick_plain(self, data: dict[str, Any], seq: int) -> bool:
+        return True  # a type ``feed`` relates to nothing: its envelope was all there was
+
+    def _quick_turn_start(self, data: dict[str, Any], seq: int) -> bool:
+        life = self.lifecycle
+        number = data.get("turn")
+        if (
+            type(number) is not int
+            or number != life.next_turn
+            or number > MAX_SAFE_INTEGER
+            or life.open_turn is not None
+            or life.compaction_open is not None
+        ):
+            return False
+        life.open_turn = number
+        life.open_turn_seq = seq
+        life.next_turn = number + 1
+        life.open_step = None
+        life.next_step = 1
+        life.calls = {}
+        life.pending = 0
+        return True
+
+    def _quick_turn_end(self, data: dict[str, Any], seq: int) -> bool:
+        life = self.lifecycle
+        number = data.get("turn")
+        if (
+            life.open_turn is None
+            or type(number) is not int
+            or number != life.open_turn
+            or number > MAX_SAFE_INTEGER
+            or life.open_step is not None
+            or life.pending
+            or life.compaction_open is not None
+        ):
+            return False
+        life.turn_ends += 1
+        life.open_turn = None
+        life.open_turn_seq = None
+        life.calls = {}
+        return True
+
+    def _quick_step_start(self, data: dict[str, Any], seq: int) -> bool:
+        life = self.lifecycle
+        turn, step = data.get("turn"), data.get("step")
+        if (
+            life.open_turn is None
+            or type(turn) is not int
+            or turn != life.open_turn
+            or life.open_step is not None
+            or type(step) is not int
+            or step != life.next_step
+        ):
+            return False
+        life.open_step = step
+        life.next_step = step + 1
+        return True
+
+    def _quick_step_end(self, data: dict[str, Any], seq: int) -> bool:
+        life = self.lifecycle
+        turn, step = data.get("turn"), data.get("step")
+        if (
+            life.open_step is None
+            or type(turn) is not int
+            or turn != life.open_turn
+            or type(step) is not int
+            or step != life.open_step
+            or life.pending
+        ):
+            return False
+        life.open_step = None
+        return True
+
+    def _quick_bound(self, data: dict[str, Any], *, step: bool) -> bool:
+        """``_bound`` when it finds nothing."""
+        life = self.lifecycle
+        if life.open_turn is None:
+            return False
+        turn = data.get("turn", life.open_turn)
+        if type(turn) is not int or turn != life.open_turn:
+            return False
+        if not step:
+            return True
+        if life.open_step is None:
+            return False
+        number = data.get("step", life.open_step)
+        return type(number) is int and number == life.open_step
+
+    def _quick_turn_bound(self, data: dict[str, Any], seq: int) -> bool:
+        return self._quick_bound(data, step=False)
+
+    def _quick_step_bound(self, data: dict[str, Any], seq: int) -> bool:
+        return self._quick_bound(data, step=True)
+
+    def _quick_user_message(self, data: dict[str, Any], seq: int) -> bool:
+        source = data.get("source")
+        if type(source) is dict and source.get("kind") == "user":
+            self.titles.human_messages.add(seq)
+        return True
+
+    def _quick_assistant_message(self, data: dict[str, Any], seq: int) -> bool:
+        if not self._quick_bound(data, step=True):
+            return False
+        message = data.get("message")
+        content = message.get("content") if type(message) is dict else None
+        if type(content) is not list:
+            return True
+        blocks = [b for b in content if type(b) is dict and b.get("type") == "tool-call"]
+        if not blocks:
+            return True
+        calls = self.lifecycle.calls
+        ids: list[Any] = [block.get("id") for block in blocks]
+        if not all(
+            type(call_id) is str and call_id and call_id not in calls for call_id in ids
+        ) or len(set(ids)) != len(ids):
+            return False
+        for block, call_id in zip(blocks, ids, strict=True):
+            calls[call_id] = _Call(block.get("name"), block.get("arguments"))
+        self.lifecycle.pending += len(blocks)
+        return True
+
+    def _quick_tool_call(self, data: dict[str, Any], seq: int) -> bool:
+        if not self._quick_bound(data, step=True):
+            return False
+        call_id = data.get("callId")
+        call = self.lifecycle.calls.get(call_id) if type(call_id) is str else None
+        name, arguments = data.get("name"), data.get("arguments")
+        if (
+            call is None
+            or call.started
+            or type(name) is not str
+            or type(arguments) is not str
+            or name != call.name
+            or arguments != call.arguments
+        ):
+            return False
+        call.started = True
+        return True
+
+    def _quick_tool_result(self, data: dict[str, Any], seq: int) -> bool:
+        if not self._quick_bound(data, step=True):
+            return False
+        message = data.get("message")
+        call_id = message.get("toolCallId") if type(message) is dict else None
+        call = self.lifecycle.calls.get(call_id) if type(call_id) is str else None
+        if call is None or call.resolved or not call.started:
+            return False  # a call never started needs the repair rules
+        call.resolved = True
+        self.lifecycle.pending -= 1
+        return True
 
     def _unknown(self, ev: Event) -> None:
         if ev.obj.get("ignorable") is True:
@@ -1016,6 +1209,32 @@ _HANDLERS: dict[str, Any] = {
     "subagent/catalog": Validator._catalog,
     "subagent/descriptor": Validator._descriptor,
     DELIVERY_TYPE: Validator._delivery,
+}
+
+
+_Quick = Callable[[Validator, dict[str, Any], int], bool]
+_QUICK_HANDLERS: dict[str, _Quick] = {
+    "turn/start": Validator._quick_turn_start,
+    "turn/end": Validator._quick_turn_end,
+    "step/start": Validator._quick_step_start,
+    "step/end": Validator._quick_step_end,
+    "assistant/message": Validator._quick_assistant_message,
+    "tool/call": Validator._quick_tool_call,
+    "tool/result": Validator._quick_tool_result,
+    "system/message": Validator._quick_step_bound,
+    "developer/message": Validator._quick_step_bound,
+    "assistant/attempt": Validator._quick_step_bound,
+    "request/header": Validator._quick_turn_bound,
+    "request/context": Validator._quick_turn_bound,
+    "user/message": Validator._quick_user_message,
+}
+# Every known type: its happy path where ``feed`` relates it to other events, else only its
+# envelope (the rare related types, catalog facts, titles, markers, commands, always take
+# ``feed``).
+_QUICK: dict[str, _Quick] = {
+    kind: _QUICK_HANDLERS.get(kind, Validator._quick_plain)
+    for kind in KNOWN_V4_TYPES
+    if kind in _QUICK_HANDLERS or kind not in _HANDLERS
 }
 
 
