@@ -491,19 +491,30 @@ class _Pass:
         quick = self.validator.quick
         feed = self.validator.feed
         keep = self._keep
+        marks = self.facts.turn_marks
         where = self.where
         types: list[str] = []
+        # The run's latest request header taken by the common case, made an Event once.
+        request: tuple[int, dict[str, Any], bytes] | None = None
         for line in lines:
             try:
                 obj = loads(line)
             except decode_error:
                 ev = parse_event(line, seq, where=where)  # lenient, or names the defect
             else:
-                if type(obj) is dict and quick(obj, seq):
-                    kind = obj["type"]
+                kind = quick(obj, seq) if type(obj) is dict else None
+                if kind is not None:
                     types.append(kind)
                     if kind in MODEL_TYPES:
-                        keep(Event(seq, kind, obj["time"], obj["data"], obj, line))
+                        # ``Facts.add`` of a turn event, whose number ``quick`` checked
+                        if kind == "turn/start":
+                            marks.append((seq, False, obj["data"]["turn"]))
+                        elif kind == "turn/end":
+                            marks.append((seq, True, None))
+                        elif kind == "request/header":
+                            request = (seq, obj, line)
+                        else:
+                            keep(Event(seq, kind, obj["time"], obj["data"], obj, line))
                     seq += 1
                     continue
                 ev = event_of(obj, line, seq, where=where)
@@ -511,8 +522,13 @@ class _Pass:
             kind = ev.type
             types.append(kind)
             if kind in MODEL_TYPES:
+                if kind == "request/header":
+                    request = None
                 keep(ev)
             seq += 1
+        if request is not None:
+            at, obj, line = request
+            self.last_request = Event(at, "request/header", obj["time"], obj["data"], obj, line)
         self.types.update(types)
 
     def _events(self, lines: list[bytes], seq: int) -> Iterator[Event]:

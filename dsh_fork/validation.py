@@ -429,11 +429,11 @@ class Validator:
 
     # -- the common, valid case -------------------------------------------------------------
 
-    def quick(self, obj: dict[str, Any], seq: int) -> bool:
+    def quick(self, obj: dict[str, Any], seq: int) -> str | None:
         """``feed`` of the event parsed (strictly) to ``obj``, expected at ``seq``, when it is
         of a common type and ``feed`` would find nothing: the state changes as ``feed`` changes
-        it, and True. False, with nothing changed, in every other case: the caller then builds
-        the ``Event`` and ``feed`` decides and words any finding.
+        it, and its type is returned. None, with nothing changed, in every other case: the
+        caller then builds the ``Event`` and ``feed`` decides and words any finding.
 
         No ``Event`` is built and no finding can come from here, so a rule is still stated
         once (in ``feed`` and its handlers); what is here is only the condition under which
@@ -441,15 +441,15 @@ class Validator:
         exactly ``type, seq, time, data`` (and ``surfaceOp`` on the surface types), so the
         envelope is checked by counting its keys.
         """
-        kind = obj.get("type")
-        if type(kind) is not str or not self.full:
-            return False
-        check = _QUICK.get(kind)
-        if check is None:
-            return False
-        surface = kind in SURFACE_TYPES
-        if len(obj) != 4 + surface or (surface and obj.get("surfaceOp") != "append"):
-            return False
+        kind: str = obj.get("type", "")  # any value: one ``_QUICK`` lacks is left to ``feed``
+        try:
+            check, keys = _QUICK[kind]
+        except (KeyError, TypeError):  # a type left to ``feed``, or no type name at all
+            return None
+        if len(obj) != keys or not self.full:
+            return None
+        if keys == _SURFACE_KEYS and obj.get("surfaceOp") != "append":
+            return None
         number = obj.get("seq")
         time = obj.get("time")
         data = obj.get("data")
@@ -459,9 +459,10 @@ class Validator:
             or type(time) is not int
             or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
             or type(data) is not dict
+            or not check(self, data, seq)
         ):
-            return False
-        return check(self, data, seq)
+            return None
+        return kind
 
     def _quick_plain(self, data: dict[str, Any], seq: int) -> bool:
         return True  # a type ``feed`` relates to nothing: its envelope was all there was
@@ -1231,8 +1232,10 @@ _QUICK_HANDLERS: dict[str, _Quick] = {
 # Every known type: its happy path where ``feed`` relates it to other events, else only its
 # envelope (the rare related types, catalog facts, titles, markers, commands, always take
 # ``feed``).
-_QUICK: dict[str, _Quick] = {
-    kind: _QUICK_HANDLERS.get(kind, Validator._quick_plain)
+_SURFACE_KEYS = 5
+"""type, seq, time, data and surfaceOp; the other types have the first four only."""
+_QUICK: dict[str, tuple[_Quick, int]] = {
+    kind: (_QUICK_HANDLERS.get(kind, Validator._quick_plain), 4 + (kind in SURFACE_TYPES))
     for kind in KNOWN_V4_TYPES
     if kind in _QUICK_HANDLERS or kind not in _HANDLERS
 }
