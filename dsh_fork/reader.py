@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import IO
 
 from . import frames as zframes
-from .envelopes import checked_run
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
 from .fsdir import open_regular
 from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
@@ -622,6 +621,9 @@ def _summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
     every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
     check reads each line's type, which picks the lines of the types asked for."""
+
+    # msgspec is imported by the reads that check copied lines only (a few ms of start-up).
+    from .envelopes import checked_run
 
     def summarize(plaintext: bytes) -> _FrameSummary:
         if not plaintext or plaintext[-1] != 0x0A:

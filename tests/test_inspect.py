@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -510,3 +512,27 @@ def test_v0_packed_rows_are_expanded(root: Path, clock: Clock) -> None:
         600,
     ]
     assert report["boundaries"]["turnEnds"] == [4]
+
+
+def test_inspecting_a_small_log_imports_neither_msgspec_nor_pickle(
+    root: Path, clock: Clock
+) -> None:
+    """Start-up: msgspec serves only the copied-line check of fork, pickle only a log split
+    between two processes; a small inspect needs neither."""
+    spec = spec_of("session-small")
+    spec.turn(clock)
+    spec.publish(root)
+    probe = (
+        "import sys\n"
+        "from dsh_fork.cli.app import main\n"
+        f"sys.argv = ['dsh-fork', '--root', {str(root)!r}, 'inspect', 'session-small']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code in (0, None), exc.code\n"
+        "print('loaded:', 'msgspec' in sys.modules, 'pickle' in sys.modules, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], check=False, capture_output=True, text=True
+    )
+    assert proc.stderr.strip().splitlines()[-1] == "loaded: False False", proc.stderr
