@@ -441,24 +441,21 @@ class Validator:
         exactly ``type, seq, time, data`` (and ``surfaceOp`` on the surface types), so the
         envelope is checked by counting its keys.
         """
-        kind: str = obj.get("type", "")  # any value: one ``_QUICK`` lacks is left to ``feed``
         try:
+            kind: str = obj["type"]
             check, keys = _QUICK[kind]
-        except (KeyError, TypeError):  # a type left to ``feed``, or no type name at all
+            number, time, data = obj["seq"], obj["time"], obj["data"]
+        except (KeyError, TypeError):  # a type left to ``feed``, no type name, a key missing
             return None
-        if len(obj) != keys or not self.full:
-            return None
-        if keys == _SURFACE_KEYS and obj.get("surfaceOp") != "append":
-            return None
-        number = obj.get("seq")
-        time = obj.get("time")
-        data = obj.get("data")
         if (
-            type(number) is not int
+            len(obj) != keys
+            or (keys == _SURFACE_KEYS and obj.get("surfaceOp") != "append")
+            or type(number) is not int
             or number != seq
             or type(time) is not int
             or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
             or type(data) is not dict
+            or not self.full
             or not check(self, data, seq)
         ):
             return None
