@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from dsh_fork import inspect as inspect_module
-from dsh_fork import parallel
 from dsh_fork.discovery import locate
 from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.reader import FramedLog, open_log
@@ -41,7 +40,7 @@ def both_ways(
 ) -> dict[str, Any]:
     """The report with the split, after checking that the split was offered, whether the
     child's half was taken, and that one process gives the same document."""
-    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 64)
+    monkeypatch.setattr(inspect_module, "SPLIT_MIN_BYTES", 64)
     located = locate(session_id, str(root), {})
     log = open_log(located.generation, index=False)
     assert isinstance(log, FramedLog) and inspect_module._later_part(log) is not None
@@ -55,7 +54,7 @@ def both_ways(
     monkeypatch.setattr(inspect_module._Pass, "absorb", spy)
     split = report(root, session_id)
     assert outcomes == [taken]
-    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1 << 50)
+    monkeypatch.setattr(inspect_module, "SPLIT_MIN_BYTES", 1 << 50)
     assert report(root, session_id) == split
     return split
 
