@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -37,7 +37,6 @@ from .records import (
     parse_event,
 )
 from .times import iso_ms
-from .turns import TurnSummary, turn_summaries
 from .validation import (
     Finding,
     GenerationInfo,
@@ -49,6 +48,9 @@ from .validation import (
     stale_findings,
     survey_generation,
 )
+
+if TYPE_CHECKING:
+    from .turns import TurnSummary
 
 SUMMARY_WIDTH = 80
 SPLIT_SEARCH = 64
@@ -692,5 +694,7 @@ def inspect_arg(
         raise _future_details(exc) from None
     report = inspect_session(located, events=events)
     if turns:
+        from .turns import turn_summaries  # ``--turns`` only: not at start-up
+
         report.turn_list = turn_summaries(report.log)
     return report

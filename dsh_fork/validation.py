@@ -21,7 +21,6 @@ from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from .catalog import catalog_problem, descriptor_problem
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
 from .generations import (
     MAX_SAFE_INTEGER,
@@ -965,6 +964,8 @@ class Validator:
         self.catalog.facts.append((ev.seq, ev.data))
 
     def _descriptor(self, ev: Event, data: Any) -> None:
+        from .catalog import descriptor_problem  # a subagent's log only: not at start-up
+
         self.catalog.descriptors.append((ev.seq, descriptor_problem(ev.data)))
 
     def _delivery(self, ev: Event, data: Any) -> None:
@@ -1100,6 +1101,10 @@ class Validator:
             )
 
     def _catalog_rules(self, cut: int) -> None:
+        if not self.catalog.facts:
+            return
+        from .catalog import catalog_problem  # a parent's log only: not at start-up
+
         seen: dict[str, int] = {}
         for seq, data in self.catalog.facts:
             if seq < cut:

@@ -514,11 +514,13 @@ def test_v0_packed_rows_are_expanded(root: Path, clock: Clock) -> None:
     assert report["boundaries"]["turnEnds"] == [4]
 
 
-def test_inspecting_a_small_log_imports_neither_msgspec_nor_pickle(
-    root: Path, clock: Clock
-) -> None:
+UNNEEDED_AT_START = ("msgspec", "pickle", "dsh_fork.catalog", "dsh_fork.turns")
+
+
+def test_inspecting_a_small_log_imports_nothing_it_does_not_use(root: Path, clock: Clock) -> None:
     """Start-up: msgspec serves only the copied-line check of fork, pickle only a log split
-    between two processes; a small inspect needs neither."""
+    between two processes, the catalog rules only a log with catalog facts or descriptors,
+    the turn summaries only ``--turns``."""
     spec = spec_of("session-small")
     spec.turn(clock)
     spec.publish(root)
@@ -530,9 +532,10 @@ def test_inspecting_a_small_log_imports_neither_msgspec_nor_pickle(
         "    main()\n"
         "except SystemExit as exc:\n"
         "    assert exc.code in (0, None), exc.code\n"
-        "print('loaded:', 'msgspec' in sys.modules, 'pickle' in sys.modules, file=sys.stderr)\n"
+        f"loaded = [m for m in {UNNEEDED_AT_START!r} if m in sys.modules]\n"
+        "print('loaded:', loaded, file=sys.stderr)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", probe], check=False, capture_output=True, text=True
     )
-    assert proc.stderr.strip().splitlines()[-1] == "loaded: False False", proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "loaded: []", proc.stderr
