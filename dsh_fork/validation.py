@@ -217,7 +217,7 @@ def _repair_number(message_id: str, prefix: str) -> int | None:
     return int(rest)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Call:
     name: Any
     arguments: Any
@@ -236,7 +236,7 @@ _EXTEND = {"merge": "extend"}
 _ANY = {"merge": "any"}
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _State:
     """State of one concern of the checks; ``absorb`` follows each field's declared rule."""
 
@@ -255,14 +255,14 @@ class _State:
             setattr(self, item.name, value)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Envelope(_State):
     """Envelope checks: stateless but for the count of events checked (pre-v4 logs)."""
 
     events: int = field(default=0, metadata=_SUM)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Lifecycle(_State):
     """Turns, steps, tool calls, compaction brackets and commands."""
 
@@ -296,7 +296,7 @@ class _Lifecycle(_State):
         )
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Titles(_State):
     """Titles cite earlier human user messages."""
 
@@ -308,7 +308,7 @@ class _Titles(_State):
         return not later.cites_before_base
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Catalog(_State):
     """Catalog facts and descriptors, judged once the cut is known."""
 
@@ -316,7 +316,7 @@ class _Catalog(_State):
     descriptors: list[tuple[int, str | None]] = field(default_factory=list, metadata=_EXTEND)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Markers(_State):
     """Tagged end-seed markers (the cut, the header's isSeeded) and delivery markers naming
     another session, judged once the cut is known."""
@@ -325,7 +325,7 @@ class _Markers(_State):
     foreign_markers: list[tuple[int, str]] = field(default_factory=list, metadata=_EXTEND)
 
 
-@dataclass
+@dataclass(eq=False)
 class Validator:
     """Streaming checker: ``feed`` every event in seq order, then ``finish``.
 
@@ -1363,7 +1363,7 @@ def stale_findings(chosen: GenerationInfo, others: list[GenerationInfo]) -> list
 # -- whole session dirs -----------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class DirCheck:
     """Findings of one session dir plus what lineage checks need from its log."""
 
