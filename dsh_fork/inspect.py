@@ -492,7 +492,7 @@ class _Pass:
         ``parse_event`` checks them: each line costs one ``orjson.loads``, and an ``Event`` is
         built only for a line the validator's common case does not take (``Validator.quick``)
         or the model facts keep."""
-        if self.lines is not None:
+        if self.lines is not None or not self.validator.full:  # event lines, or a v2/v3 log
             self.run(self._events(lines, seq))
             return
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
