@@ -60,8 +60,8 @@ CHILD_START = 0.46
 before the middle, since this process also opens the log before the split and builds the
 report after it (measured at 10 and 100 MB, the two sides then take about the same CPU)."""
 SPLIT_MIN_BYTES = 1 << 20
-"""Below this much compressed data the pass is not split: it costs about 35 ms of CPU per MiB
-here, a child and its pickled result a few."""
+"""Below this much compressed data the pass is not split: the pass costs about 35 ms of CPU
+per compressed MiB, a child and its pickled result a few ms."""
 _SPACES = re.compile(r"\s+")
 
 

@@ -622,7 +622,7 @@ def _summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
     check reads each line's type, which picks the lines of the types asked for."""
 
-    # msgspec is imported by the reads that check copied lines only (a few ms of start-up).
+    # The envelope check is imported only by the reads that check copied lines (start-up).
     from .envelopes import checked_run
 
     def summarize(plaintext: bytes) -> _FrameSummary:
