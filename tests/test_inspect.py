@@ -514,13 +514,19 @@ def test_v0_packed_rows_are_expanded(root: Path, clock: Clock) -> None:
     assert report["boundaries"]["turnEnds"] == [4]
 
 
-UNNEEDED_AT_START = ("msgspec", "pickle", "dsh_fork.catalog", "dsh_fork.turns")
+UNNEEDED_AT_START = (
+    "msgspec",
+    "pickle",
+    "dsh_fork.envelopes",
+    "dsh_fork.catalog",
+    "dsh_fork.turns",
+)
 
 
 def test_inspecting_a_small_log_imports_nothing_it_does_not_use(root: Path, clock: Clock) -> None:
-    """Start-up: msgspec serves only the copied-line check of fork, pickle only a log split
-    between two processes, the catalog rules only a log with catalog facts or descriptors,
-    the turn summaries only ``--turns``."""
+    """Start-up: the envelope check and msgspec serve only the copied-line check of fork,
+    pickle only a log split between two processes, the catalog rules only a log with catalog
+    facts or descriptors, the turn summaries only ``--turns``."""
     spec = spec_of("session-small")
     spec.turn(clock)
     spec.publish(root)
