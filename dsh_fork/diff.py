@@ -16,7 +16,8 @@ from typing import Any
 
 from .agents import AgentRow, list_agents
 from .discovery import Located
-from .lineage import Kind, header_kind
+from .kinds import header_kind
+from .lineage import Kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import SessionLog, open_log

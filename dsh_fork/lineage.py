@@ -20,10 +20,10 @@ from typing import Any, Literal
 from .discovery import Located, Root, SessionEntry
 from .errors import DshForkError
 from .generations import Generation
+from .kinds import header_kind
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
-from .records import Header
 from .results import ReadOnly
 
 Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
@@ -193,16 +193,6 @@ class Lineage(ReadOnly):
 
 
 # -- building the forest --------------------------------------------------------------------
-
-
-def header_kind(header: Header) -> Kind:
-    """A session's kind from its header alone: a seeded subagent is a ``copy`` until matching
-    finds no original (then ``seeded-subagent``)."""
-    if header.parent_session is None:
-        return "root"
-    if header.origin == "subagent":
-        return "copy" if header.is_seeded else "subagent"
-    return "fork" if header.is_seeded else "linked"
 
 
 def _kind(entry: SessionEntry) -> Kind:

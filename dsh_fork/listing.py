@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
+from .kinds import HEADER_KINDS, HeaderKind, header_kind
 from .layout import is_absolute_cwd, project_key
 from .model import derive
 from .reader import open_log
 from .times import iso_ms
 
-Kind = Literal["root", "fork", "subagent", "copy"]
-KINDS: tuple[Kind, ...] = ("root", "fork", "subagent", "copy")
+KINDS = HEADER_KINDS
 _LOG_TYPES = ("turn/start", "turn/end", "session/title")
 
 
@@ -28,7 +28,7 @@ class SessionRow:
     """One session of the root; ``error`` names why its log could not be read."""
 
     id: str
-    kind: Kind | None
+    kind: HeaderKind | None
     project: str
     path: str
     cwd: str | None
@@ -70,6 +70,9 @@ class SessionList:
     total: int
     filters: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    schema_version = 2
+    """2: the kind ``linked`` (a session naming a parent that is neither a fork nor a
+    subagent, once listed as a fork), and no kind (null) for a header that cannot be read."""
 
     def partial(self) -> Partial | None:
         """A session whose log cannot be read is a row with its error, never a failure."""
@@ -84,20 +87,12 @@ class SessionList:
         }
 
 
-def kind_of(entry: SessionEntry) -> Kind | None:
-    """fork: a seeded child with no origin; copy: a seeded subagent (what relink writes);
-    subagent: any other ``origin: subagent`` child; root: no parentSession. None when the
-    header is unreadable and the raw fields do not tell."""
+def kind_of(entry: SessionEntry) -> HeaderKind | None:
+    """The kind its header says (``kinds.header_kind``, the rule ``tree`` and ``du`` use too);
+    None when the header cannot be validated: its raw fields prove nothing (``tree`` calls
+    such a session ``unreadable``)."""
     header = entry.header
-    if header is not None:
-        if header.is_fork_child:
-            return "fork"
-        if header.is_subagent:
-            return "copy" if header.is_seeded else "subagent"
-        return "root" if header.parent_session is None else "fork"
-    if entry.is_subagent:
-        return "subagent"
-    return "root" if entry.id is not None and entry.parent is None else None
+    return None if header is None else header_kind(header)
 
 
 def _matches_project(entry: SessionEntry, project: str) -> bool:
@@ -152,7 +147,7 @@ def list_sessions(
     return SessionList(str(root.path), rows, len(entries), filters, warnings)
 
 
-def _row(root: Root, entry: SessionEntry, kind: Kind | None, last: int) -> SessionRow:
+def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int) -> SessionRow:
     header = entry.header
     session_id = entry.id or entry.session_dir.name
     row = SessionRow(

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from .errors import DshForkError, Partial
 
 SCHEMA_VERSION = 1
-"""Raised when a document changes incompatibly (a field removed, renamed or retyped)."""
+"""Raised when a document changes incompatibly (a field removed, renamed or retyped); a result
+whose own document was raised alone says so in a ``schema_version`` attribute."""
 
 
 class Result(Protocol):
@@ -38,7 +39,8 @@ class ReadOnly:
 
 def document(result: Result, partial: Partial | None = None) -> dict[str, Any]:
     """The ``--json`` document of a result (with its PARTIAL error, when there is one)."""
-    out: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, **result.to_json()}
+    version: int = getattr(result, "schema_version", SCHEMA_VERSION)
+    out: dict[str, Any] = {"schemaVersion": version, **result.to_json()}
     if partial is not None:
         out["error"] = partial.to_json()
     return out

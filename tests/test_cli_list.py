@@ -192,3 +192,51 @@ def test_completion_offers_the_ids_of_the_root(family: Path) -> None:
     assert complete_session(ctx, "oth") == ["other-R"]
     ctx.params["root"] = str(family / "nowhere")
     assert complete_session(ctx, "") == []
+
+
+# -- kinds ------------------------------------------------------------------------------------
+
+
+def test_list_and_tree_name_every_kind_by_the_one_header_rule(family: Path) -> None:
+    """The two cases the two commands once named differently: a session that names a parent
+    without being seeded or a subagent is ``linked`` (no fork: it inherits nothing); a subagent
+    that names no parent is a ``root`` (no parent can list it as a child)."""
+    clock = Clock()
+    linked = SessionSpec(id="session-L", created_at=clock(), cwd=CWD, parent="session-P")
+    linked.turn(clock)
+    orphan = SessionSpec(id="session-O", created_at=clock(), cwd=CWD, origin="subagent", depth=1)
+    orphan.turn(clock)
+    for spec in (linked, orphan):
+        spec.publish(family)
+
+    rows = listed(family)
+    tree = run_cli("--root", family, "tree", "--json")
+
+    expected = {
+        "session-P": "root",
+        "session-A": "subagent",
+        "session-C": "fork",
+        "other-R": "root",
+        "session-L": "linked",
+        "session-O": "root",
+    }
+    assert {i: r["kind"] for i, r in rows.items()} == expected
+    assert tree.exit_code == 0, tree.stderr
+    assert {n["id"]: n["kind"] for n in tree.json()["nodes"]} == expected
+    assert set(listed(family, "--kind", "linked")) == {"session-L"}
+    assert set(listed(family, "--kind", "fork")) == {"session-C"}
+
+
+def test_a_session_whose_header_cannot_be_read_has_no_kind(family: Path) -> None:
+    future = SessionSpec(id="session-F", created_at=1, cwd=CWD)
+    future.turn(Clock())
+    write_spec_as(future, family, 9)
+
+    result = run_cli("--root", family, "list", "--json")
+
+    document = result.json()
+    check("list", document)
+    assert document["schemaVersion"] == 2
+    row = next(r for r in document["sessions"] if r["id"] == "session-F")
+    assert (row["kind"], row["error"]["code"]) == (None, "UNSUPPORTED_FORMAT")
+    assert "session-F" not in listed(family, "--kind", "root")
