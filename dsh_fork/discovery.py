@@ -10,10 +10,11 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
-from .fsdir import not_regular
+from .frames import first_line
+from .fsdir import not_regular, open_regular
 from .generations import (
     SUPPORTED_VERSION,
     Encoding,
@@ -25,8 +26,17 @@ from .generations import (
 )
 from .layout import decode_segment, encode_segment, expand_home, resolve_root
 from .lookup import expand_prefix
-from .reader import check_version, peek_fields, read_header, read_header_line
+from .reader import (
+    HEADER_FIRST_READ,
+    check_version,
+    peek_fields,
+    read_header,
+    read_header_line,
+)
 from .records import Header, LineError, parse_header, parse_line
+
+if TYPE_CHECKING:
+    from .leanlog import Glance
 
 RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
 
@@ -52,6 +62,8 @@ class SessionEntry:
         "_names",
         "_raw",
         "_raw_fields",
+        "glance",
+        "glanced",
     )
 
     def __init__(
@@ -72,6 +84,10 @@ class SessionEntry:
         self._line: bytes | None = None
         self._raw: dict[str, object] | None = None
         self._listed = False
+        self.glance: Glance | None = None
+        """A list row's facts of the log, folded from the listing's own read (``leanlog``)."""
+        self.glanced = False
+        """Whether that fold was tried: a log it could not fold goes to the full read."""
 
     @classmethod
     def _from_listing(cls, dir_text: str, names: list[tuple[int, Encoding, str]]) -> SessionEntry:
@@ -86,6 +102,8 @@ class SessionEntry:
         entry._line = None
         entry._raw = None
         entry._listed = True
+        entry.glance = None
+        entry.glanced = False
         return entry
 
     def __repr__(self) -> str:
@@ -98,6 +116,21 @@ class SessionEntry:
         if self._dir is None:
             self._dir = Path(self._dir_text)
         return self._dir
+
+    @property
+    def dir_text(self) -> str:
+        """The session dir as a string (a listed entry builds no ``Path`` for it)."""
+        return self._dir_text if self._dir is None else str(self._dir)
+
+    @property
+    def log_path(self) -> str | None:
+        """The path of the highest canonical generation as a string, None without one."""
+        if self._generations is None:
+            if not self._names:
+                return None
+            return self._dir_text + os.sep + self._names[-1][2]
+        generation = select(self._generations)
+        return None if generation is None else str(generation.path)
 
     @property
     def generations(self) -> list[Generation]:
@@ -118,7 +151,9 @@ class SessionEntry:
 
     @property
     def project(self) -> str:
-        return self.session_dir.parent.name
+        if self._dir is None:  # a listed entry: ``<project dir>/<session dir>``, no Path
+            return self._dir_text.rpartition(os.sep)[0].rpartition(os.sep)[2]
+        return self._dir.parent.name
 
     @property
     def dir_id(self) -> str | None:
@@ -244,11 +279,13 @@ class Root:
             for name in names:
                 yield project / name
 
-    def entries(self) -> list[SessionEntry]:
+    def entries(self, *, glance: bool = False) -> list[SessionEntry]:
         """Every session of the root with its header (or the error reading it); cached.
 
         Reads the header frame of each session and nothing else; see ``SessionEntry`` for
-        what is deferred until used.
+        what is deferred until used. With ``glance`` (``list``) a small log is read whole in
+        that same read and its row facts are folded at once (``SessionEntry.glance``), so no
+        log is opened twice and no bytes are kept.
         """
         if self._entries is None:
             found: list[SessionEntry] = []
@@ -262,7 +299,7 @@ class Root:
                     continue
                 prefix = base if base.endswith(os.sep) else base + os.sep
                 for name in names:
-                    entry = _list_entry(prefix + name)  # str paths: no Path per session
+                    entry = _list_entry(prefix + name, glance)  # str paths: no Path per session
                     if entry is None:
                         continue
                     if not entry._names:  # no generation: named as unreadable
@@ -466,7 +503,7 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
     return entry
 
 
-def _list_entry(dir_text: str) -> SessionEntry | None:
+def _list_entry(dir_text: str, glance: bool = False) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
     raw header line of the highest one (validated later, on first use). A dir that cannot be
     listed, or whose log cannot be opened, is an entry with its error."""
@@ -478,12 +515,17 @@ def _list_entry(dir_text: str) -> SessionEntry | None:
         return _odd_generation(dir_text)
     entry = SessionEntry._from_listing(dir_text, names)
     version, encoding, name = names[-1]
+    whole: bytes | None = None
+    mtime_ms = 0
     try:
         if version > SUPPORTED_VERSION:
             generation = entry.generation
             assert generation is not None
             read_header(generation)  # raises the future-generation refusal
-        line = read_header_line(dir_text + os.sep + name, encoding)
+        if glance and encoding == "zstd" and version >= 2:
+            line, whole, mtime_ms = _read_small(dir_text + os.sep + name)
+        else:
+            line = read_header_line(dir_text + os.sep + name, encoding)
     except DshForkError as exc:
         entry.error = exc
         generation = entry.generation
@@ -504,7 +546,36 @@ def _list_entry(dir_text: str) -> SessionEntry | None:
     except LineError:
         value = None
     entry._raw = value if isinstance(value, dict) else None
+    if whole is not None:
+        from .leanlog import fold  # only ``list`` folds: other commands never import it
+
+        header = entry.header
+        if header is not None:
+            where = dir_text + os.sep + name
+            entry.glance = fold(whole, header, where, mtime_ms, header_read=True)
+            entry.glanced = True
     return entry
+
+
+def _read_small(path: str) -> tuple[bytes, bytes | None, int]:
+    """(header line, the whole log or None, its mtime in ms) from one read: a log within
+    ``LEAN_MAX_BYTES`` is read whole, a larger one as ``read_header_line`` reads it. The header
+    line comes from ``frames.first_line`` or, in any doubt, from ``read_header_line`` itself,
+    which gives the verdict; then no whole log is offered."""
+    from .leanlog import LEAN_MAX_BYTES
+
+    fd = open_regular(path)  # never through a link, never blocking on a FIFO
+    try:
+        stat = os.fstat(fd)
+        small = stat.st_size <= LEAN_MAX_BYTES
+        data = os.read(fd, stat.st_size + 1 if small else HEADER_FIRST_READ)
+    finally:
+        os.close(fd)
+    line = first_line(data)
+    if line is None:
+        return read_header_line(path, "zstd"), None, 0
+    whole = data if small and len(data) == stat.st_size else None
+    return line, whole, stat.st_mtime_ns // 1_000_000
 
 
 def _order(entry: SessionEntry) -> tuple[int, str]:

@@ -15,12 +15,12 @@ from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
 from .kinds import HEADER_KINDS, HeaderKind, header_kind
 from .layout import is_absolute_cwd, project_key
+from .leanlog import ROW_TYPES, glance
 from .model import derive
 from .reader import open_log
 from .times import iso_ms
 
 KINDS = HEADER_KINDS
-_LOG_TYPES = ("turn/start", "turn/end", "session/title")
 
 
 @dataclass
@@ -103,11 +103,13 @@ def _matches_project(entry: SessionEntry, project: str) -> bool:
 
 
 def _mtime_ms(entry: SessionEntry) -> int:
-    generation = entry.generation
-    if generation is None:
+    if entry.glance is not None:
+        return entry.glance.mtime_ms
+    path = entry.log_path
+    if path is None:
         return 0
     try:
-        return os.stat(generation.path).st_mtime_ns // 1_000_000
+        return os.stat(path).st_mtime_ns // 1_000_000
     except OSError:
         return 0
 
@@ -123,7 +125,7 @@ def list_sessions(
     for wanted in kinds or ():
         if wanted not in KINDS:
             raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
-    entries = root.entries()
+    entries = root.entries(glance=True)
     rows: list[SessionRow] = []
     warnings: list[str] = []
     for entry in entries:
@@ -132,9 +134,11 @@ def list_sessions(
         kind = kind_of(entry)
         if kinds and kind not in kinds:
             continue
-        last = _mtime_ms(entry)
-        if since is not None and last < since:
-            continue
+        last = None
+        if since is not None:
+            last = _mtime_ms(entry)
+            if last < since:
+                continue
         rows.append(_row(root, entry, kind, last))
     unreadable = [row for row in rows if row.error is not None]
     if unreadable:
@@ -147,27 +151,40 @@ def list_sessions(
     return SessionList(str(root.path), rows, len(entries), filters, warnings)
 
 
-def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int) -> SessionRow:
+def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | None) -> SessionRow:
+    """A row: the header's fields, and the title and turns from the lean read of the log
+    (``leanlog.glance``), or from the full read when the log is not of the plain shape."""
     header = entry.header
-    session_id = entry.id or entry.session_dir.name
+    listed_id = entry.id
+    where = entry.dir_text
     row = SessionRow(
-        id=session_id,
+        id=listed_id or os.path.basename(where),
         kind=kind,
         project=entry.project,
-        path=str(entry.session_dir),
+        path=where,
         cwd=None if header is None else header.cwd,
         parent=entry.parent,
         created_at=None if header is None else header.created_at,
-        last_activity=last,
+        last_activity=0 if last is None else last,
     )
-    if entry.id is not None:
-        row.forks = len(root.forks_of(entry.id))
-        row.agents = len(root.children_of(entry.id))
-    generation = entry.generation
+    if listed_id is not None:
+        row.forks = len(root.forks_of(listed_id))
+        row.agents = len(root.children_of(listed_id))
     error = entry.error
-    if error is None and generation is not None and header is not None:
+    path = entry.log_path
+    if error is None and path is not None and header is not None:
+        seen = entry.glance if entry.glanced else glance(path, header)
+        if seen is not None:
+            row.title, row.turns = seen.title, seen.turns
+            if last is None:
+                row.last_activity = seen.mtime_ms
+            return row
+        if last is None:
+            row.last_activity = _mtime_ms(entry)
+        generation = entry.generation
+        assert generation is not None
         try:
-            log = open_log(generation, collect=_LOG_TYPES)
+            log = open_log(generation, collect=ROW_TYPES)
             facts = derive(log.header, log.event_count, log.collected)
             row.title = facts.title
             row.turns = len(facts.turn_ends)
@@ -175,6 +192,8 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int) ->
             error = exc
         except OSError as exc:
             row.error = {"code": "IO_ERROR", "message": f"{generation.path}: {exc.strerror}"}
+    elif last is None:
+        row.last_activity = _mtime_ms(entry)
     if error is not None:
         row.error = {"code": error.code, "message": error.message}
     return row
