@@ -179,6 +179,7 @@ class SessionEntry:
             version, where = generation.version, str(generation.path)
         try:
             self._header = parse_header(line, version, where=where)
+            self._raw = self._header.fields  # the same answers (see the class): one dict kept
         except DshForkError as exc:
             self._error = exc
             self._raw_fields = self._raw  # what peek_fields would read from the same line

@@ -23,7 +23,7 @@ from .times import iso_ms
 KINDS = HEADER_KINDS
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionRow:
     """One session of the root; ``error`` names why its log could not be read."""
 
