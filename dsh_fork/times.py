@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from time import gmtime
+
+_FAST_END = 253_402_300_800
+"""Seconds at 10000-01-01: from 1970 up to here ``time.gmtime`` gives the very fields
+``datetime`` does (four-digit years), at half the cost; a listing formats two per row."""
 
 
 def iso_ms(ms: int | None) -> str | None:
@@ -10,8 +15,15 @@ def iso_ms(ms: int | None) -> str | None:
     the operation log); None for None or a time no calendar holds."""
     if ms is None:
         return None
+    seconds = ms // 1000
+    if 0 <= seconds < _FAST_END:
+        t = gmtime(seconds)
+        return (
+            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+            f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ms % 1000:03d}Z"
+        )
     try:
-        moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
+        moment = datetime.fromtimestamp(seconds, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return None
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"

@@ -240,3 +240,27 @@ def test_a_session_whose_header_cannot_be_read_has_no_kind(family: Path) -> None
     row = next(r for r in document["sessions"] if r["id"] == "session-F")
     assert (row["kind"], row["error"]["code"]) == (None, "UNSUPPORTED_FORMAT")
     assert "session-F" not in listed(family, "--kind", "root")
+
+
+def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
+    """``iso_ms`` formats 1970..9999 through ``time.gmtime`` (a list formats two per row): the
+    same text as ``datetime`` on both sides of every edge, None where no calendar holds."""
+    from datetime import UTC, datetime
+
+    from dsh_fork.times import iso_ms
+
+    def reference(ms: int) -> str | None:
+        try:
+            moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+        return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+    end = 253_402_300_800_000
+    edges = [0, 1, 999, 1000, -1, -1000, -1001, end - 1, end, end + 1, 1 << 62, -(1 << 62)]
+    edges += [1_767_225_600_000 + k * 86_399_999 for k in range(-400, 400)]
+    edges += [951_782_400_000 + k for k in (-1, 0, 86_400_000)]  # 2000-02-29
+    for ms in edges:
+        assert iso_ms(ms) == reference(ms), ms
+    assert iso_ms(None) is None
+    assert iso_ms(1_767_225_600_123) == "2026-01-01T00:00:00.123Z"
