@@ -50,7 +50,7 @@ def list_command(
         None,
         "--kind",
         metavar="KIND",
-        help="Only sessions of this kind: root, fork, subagent or copy (repeatable).",
+        help="Only sessions of this kind: root, fork, subagent, copy or linked (repeatable).",
     ),
     since: str | None = typer.Option(
         None,
@@ -63,9 +63,10 @@ def list_command(
 ) -> None:
     """List the sessions of a root with their title, kind, turns and last activity.
 
-    Kinds: root (a session of its own), fork (a fork child: seeded from another session by
-    fork), subagent (a session DSH spawned for a parent), copy (a subagent written by
-    relink or fork: a copy of another subagent). Last activity is the log's modification
+    Kinds, from the header: root (names no parent), fork (a fork child: seeded from another
+    session by fork), subagent (a session DSH spawned for a parent), copy (a subagent
+    written by relink or fork: a copy of another subagent), linked (names a parent but is
+    neither); ? when the header cannot be read. Last activity is the log's modification
     time; forks and agents count the fork children and subagents whose parent it is.
 
     \b
