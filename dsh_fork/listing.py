@@ -125,7 +125,9 @@ def list_sessions(
     for wanted in kinds or ():
         if wanted not in KINDS:
             raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
-    entries = root.entries(glance=True)
+    # Unfiltered, every row's log is read: in the listing's own read. A filtered listing reads
+    # headers only, then the logs of the rows it shows.
+    entries = root.entries(glance=project is None and not kinds and since is None)
     rows: list[SessionRow] = []
     warnings: list[str] = []
     for entry in entries:

@@ -171,3 +171,27 @@ def test_the_lean_read_checks_every_line_as_the_full_read_does(tmp_path: Path, n
             engaged += 1
             assert (folded.title, folded.turns) == expected, (index, k)
     assert engaged and declined
+
+
+def test_a_filtered_list_reads_only_the_logs_of_the_rows_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "sessions"
+    clock = Clock()
+    for session_id, cwd in (("lean-a", CWD), ("lean-b", CWD), ("lean-c", "/elsewhere")):
+        spec = SessionSpec(id=session_id, created_at=clock(), cwd=cwd)
+        spec.turn(clock)
+        spec.publish(root)
+    read: list[str] = []
+
+    def counted(path: str, header: Any) -> Glance | None:
+        read.append(header.id)
+        return leanlog.glance(path, header)
+
+    monkeypatch.setattr(listing, "glance", counted)
+    listed = Root(root)
+    shown = listing.list_sessions(listed, project="/elsewhere")
+
+    assert [(row.id, row.turns) for row in shown.rows] == [("lean-c", 1)]
+    assert read == ["lean-c"]
+    assert not any(entry.glanced for entry in listed.entries())  # headers only, for the rest
