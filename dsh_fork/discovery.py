@@ -133,6 +133,14 @@ class SessionEntry:
         return None if generation is None else str(generation.path)
 
     @property
+    def version(self) -> int | None:
+        """The chosen generation's version, without building any ``Generation``."""
+        if self._generations is None:
+            return self._names[-1][0] if self._names else None
+        generation = select(self._generations)
+        return None if generation is None else generation.version
+
+    @property
     def generations(self) -> list[Generation]:
         if self._generations is None:
             base = self.session_dir
