@@ -33,7 +33,7 @@ from .reader import (
     read_header,
     read_header_line,
 )
-from .records import Header, LineError, parse_header, parse_line
+from .records import Header, LineError, header_of, parse_header, parse_line
 
 if TYPE_CHECKING:
     from .leanlog import Glance
@@ -185,8 +185,12 @@ class SessionEntry:
             if generation is None:
                 return
             version, where = generation.version, str(generation.path)
+        raw = self._raw  # the line as listing parsed it: checked without parsing it again
         try:
-            self._header = parse_header(line, version, where=where)
+            if raw is None:
+                self._header = parse_header(line, version, where=where)
+            else:
+                self._header = header_of(raw, line, version, where=where)
             self._raw = self._header.fields  # the same answers (see the class): one dict kept
         except DshForkError as exc:
             self._error = exc

@@ -155,9 +155,18 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
         value, _ = parse_line(line)
     except LineError as exc:
         raise CorruptLog(f"{where}: header is not JSON ({exc})") from None
+    return header_of(value, line, file_version, where=where)
+
+
+def header_of(value: Any, line: bytes, file_version: int, *, where: str = "header") -> Header:
+    """``parse_header`` of a line already parsed to ``value`` (listing has parsed it once).
+
+    Called for every session when a root is listed, so the usual header costs a handful of
+    dict lookups; every check and its message is as the format gives them, in one order.
+    """
     if not isinstance(value, dict) or value.get("type") != "session":
         raise CorruptLog(f"{where}: first record is not a session header")
-    version = header_version(value)
+    version = nonneg_int(value.get("version"))
     if version is None:
         raise CorruptLog(f"{where}: header version must be a non-negative integer")
     # The file name first, then the supported range (format §13 step 4): a v4 file holding a
@@ -173,48 +182,51 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
             version=version,
         )
     fields: dict[str, Any] = value
-    keys = set(fields)
+    keys = fields.keys()
     required, allowed = (_REQUIRED_V0, _ALLOWED_V0) if version < 2 else (_REQUIRED_V2, _ALLOWED_V2)
-    if not required <= keys:
-        missing = ", ".join(sorted(required - keys))
+    if not keys >= required:
+        missing = ", ".join(sorted(required - set(keys)))
         raise CorruptLog(f"{where}: header lacks {missing}")
     if not keys <= allowed:
-        extra = ", ".join(sorted(keys - allowed))
+        extra = ", ".join(sorted(set(keys) - allowed))
         raise CorruptLog(f"{where}: header has keys not allowed in v{version}: {extra}")
-    nulls = sorted(k for k in _OPTIONAL_TEXT if fields.get(k, MISSING) is None)
-    if nulls:
+    get = fields.get
+    cwd = get("cwd", MISSING)
+    parent = get("parentSession", MISSING)
+    origin = get("origin", MISSING)
+    preset = get("agentPreset", MISSING)
+    if cwd is None or parent is None or origin is None or preset is None:
         # Absent optionals are omitted, never null (format §7.2).
+        nulls = sorted(k for k in _OPTIONAL_TEXT if get(k, MISSING) is None)
         raise CorruptLog(f"{where}: header {', '.join(nulls)} must be a string, not null")
-
-    def text(key: str, *, optional: bool = True) -> str | None:
-        item = fields.get(key, MISSING)
-        if item is MISSING and optional:
-            return None
-        if not isinstance(item, str) or item == "":
-            raise CorruptLog(f"{where}: header {key} must be a non-empty string")
-        return item
-
-    session_id = text("id", optional=False)
-    assert session_id is not None
+    session_id = fields["id"]
+    if not isinstance(session_id, str) or session_id == "":
+        raise CorruptLog(f"{where}: header id must be a non-empty string")
     created_at = nonneg_int(fields["createdAt"])
     if created_at is None:
         raise CorruptLog(f"{where}: header createdAt must be a non-negative safe integer")
-    depth = nonneg_int(fields.get("delegationDepth", 0))
+    depth = nonneg_int(get("delegationDepth", 0))
     if depth is None:
         raise CorruptLog(f"{where}: header delegationDepth must be a non-negative safe integer")
-    cwd = text("cwd")
-    if cwd is not None and not is_absolute_cwd(cwd):
+    if cwd is MISSING:
+        cwd = None
+    elif not isinstance(cwd, str) or cwd == "":
+        raise CorruptLog(f"{where}: header cwd must be a non-empty string")
+    elif not is_absolute_cwd(cwd):
         raise CorruptLog(
             f"{where}: first line is not a session header: cwd {cwd!r} is not absolute"
         )
-    origin = fields.get("origin")
-    if origin is not None and origin != "subagent":
+    if origin is MISSING:
+        origin = None
+    elif origin != "subagent":
         raise CorruptLog(f'{where}: header origin must be "subagent"')
-    parent = fields.get("parentSession")
-    if parent is not None and not isinstance(parent, str):
+    if parent is MISSING:
+        parent = None
+    elif not isinstance(parent, str):
         raise CorruptLog(f"{where}: header parentSession must be a string")
-    preset = fields.get("agentPreset")
-    if preset is not None and not isinstance(preset, str):
+    if preset is MISSING:
+        preset = None
+    elif not isinstance(preset, str):
         raise CorruptLog(f"{where}: header agentPreset must be a string")
     seed_length: int | None = None
     if version < 2:
@@ -224,23 +236,22 @@ def parse_header(line: bytes, file_version: int, *, where: str = "header") -> He
                 raise CorruptLog(f"{where}: header seedLength must be a non-negative integer")
         is_seeded = seed_length is not None
     else:
-        seeded = fields["isSeeded"]
-        if not isinstance(seeded, bool):
+        is_seeded = fields["isSeeded"]
+        if not isinstance(is_seeded, bool):
             raise CorruptLog(f"{where}: header isSeeded must be a boolean")
-        is_seeded = seeded
     return Header(
-        version=version,
-        id=session_id,
-        created_at=created_at,
-        cwd=cwd,
-        parent_session=parent,
-        is_seeded=is_seeded,
-        origin=origin,
-        delegation_depth=depth,
-        agent_preset=preset,
-        seed_length=seed_length,
-        raw=line,
-        fields=fields,
+        version,
+        session_id,
+        created_at,
+        cwd,
+        parent,
+        is_seeded,
+        origin,
+        depth,
+        preset,
+        seed_length,
+        line,
+        fields,
     )
 
 
