@@ -211,12 +211,13 @@ def _edges(nodes: list[Node]) -> list[Edge]:
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """The cyclic collector paused while a forest or its document is built.
+    """The cyclic collector paused while a forest is built, its logs read, its document made.
 
-    A forest of 100,000 sessions is about a million container objects and none of them
-    forms a cycle (reference counting frees what is dropped); left running, the collector
-    walks the whole heap again each time it grows by a quarter, which took about 40 % of the
-    time of ``tree`` on such a root.
+    A forest of 100,000 sessions is about a million container objects; left running, the
+    collector walks all of them again each time the heap grows by a quarter (about 40 % of
+    ``tree``'s time on such a root). What is built holds no cycle (reference counting frees
+    whatever is dropped) except an unreadable session's error and its traceback, so what is
+    left for the collector is bounded by the number of sessions.
     """
     if not gc.isenabled():
         yield
@@ -515,11 +516,12 @@ def lineage(
     session without relatives is shown from its header alone, so a root of thousands of
     unrelated sessions costs their header frames.
     """
-    tops = build_forest(root)
-    if session_dir is not None:
-        family = family_of(tops, session_dir)
-        tops = [] if family is None else [family]
-    _enrich(tops, everyone=detail, hook=hook)
+    with paused_gc():
+        tops = build_forest(root)
+        if session_dir is not None:
+            family = family_of(tops, session_dir)
+            tops = [] if family is None else [family]
+        _enrich(tops, everyone=detail, hook=hook)
     result = Lineage(root.path, session, tops)
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")

@@ -72,6 +72,13 @@ def du_command(
 
     Example: dsh-fork du --top 5
     """
+    from ..lineage import paused_gc
+
+    with paused_gc():  # the usage is dropped (on return) before the collector runs again
+        _du(session, top, json_mode, root)
+
+
+def _du(session: str | None, top: int | None, json_mode: bool, root: str | None) -> None:
     from .. import porcelain
 
     out = Out(json_mode)
