@@ -105,27 +105,62 @@ class Node:
         return None if self.cut is None or self.cut < 1 else self.cut - 1
 
     def to_json(self) -> dict[str, Any]:
+        out = _NODE_JSON.copy()  # every key in order, None until set: most nodes set few
+        out["id"] = self.id
+        out["path"] = self.path
+        out["kind"] = self.kind
+        if self.parent is not None:
+            out["parentSession"] = self.parent
+        out["createdAt"] = self.created_at
+        out["isSeeded"] = self.is_seeded
+        out["version"] = self.entry.version  # the chosen generation's, without building it
         cut = self.cut
-        return {
-            "id": self.id,
-            "path": self.path,
-            "kind": self.kind,
-            "parentSession": self.parent,
-            "createdAt": self.created_at,
-            "isSeeded": self.is_seeded,
-            "version": self.entry.version,  # the chosen generation's, without building it
-            "cut": cut,
-            "forkedAt": None if cut is None or cut < 1 else cut - 1,
-            "cutTurn": self.cut_turn,
-            "turns": self.turns,
-            "openTurn": self.open_turn,
-            "title": self.title,
-            "label": self.label,
-            "copyOf": self.copy_of,
-            "error": self.error,
-            "flags": self.flags,
-            "children": [child.path for child in self.children],
-        }
+        if cut is not None:
+            out["cut"] = cut
+            if cut >= 1:
+                out["forkedAt"] = cut - 1
+        if self.cut_turn is not None:
+            out["cutTurn"] = self.cut_turn
+        if self.turns is not None:
+            out["turns"] = self.turns
+        if self.open_turn is not None:
+            out["openTurn"] = self.open_turn
+        if self.title is not None:
+            out["title"] = self.title
+        if self.label is not None:
+            out["label"] = self.label
+        if self.copy_of is not None:
+            out["copyOf"] = self.copy_of
+        if self.error is not None:
+            out["error"] = self.error
+        out["flags"] = self.flags
+        out["children"] = [child.path for child in self.children] if self.children else []
+        return out
+
+
+_NODE_JSON: dict[str, Any] = dict.fromkeys(
+    (
+        "id",
+        "path",
+        "kind",
+        "parentSession",
+        "createdAt",
+        "isSeeded",
+        "version",
+        "cut",
+        "forkedAt",
+        "cutTurn",
+        "turns",
+        "openTurn",
+        "title",
+        "label",
+        "copyOf",
+        "error",
+        "flags",
+        "children",
+    )
+)
+"""The keys of a node's JSON object, in their order (``schemas/tree.schema.json``)."""
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,21 @@ def assert_every_session_once(root: Path, found: Lineage) -> None:
             assert drawn[node.id] == node.parent
 
 
+def assert_nodes_say_what_their_entries_say(found: Lineage) -> None:
+    """A node is made from its validated header and its dir's text, without the ``Path`` or
+    ``Generation`` of its entry: each field must be what the entry itself answers."""
+    for node in found.nodes():
+        entry = node.entry
+        session_dir = entry.session_dir
+        assert node.path == f"{session_dir.parent.name}/{session_dir.name}"
+        assert node.id == (entry.id or session_dir.name)
+        assert node.parent == entry.parent
+        assert node.created_at == (entry.created_at if entry.created_at or entry.header else None)
+        assert node.is_seeded == bool(entry.header and entry.header.is_seeded)
+        generation = entry.generation
+        assert node.to_json()["version"] == (None if generation is None else generation.version)
+
+
 @pytest.fixture(params=["relinked", "not relinked", "relinked later"])
 def family(request: pytest.FixtureRequest, root: Path) -> Family:
     built = build_family(root, relinked=request.param == "relinked")
@@ -183,6 +198,7 @@ def test_a_cycle_is_drawn_once_and_its_closing_edge_is_not_followed(
 ) -> None:
     _oddities(root, clock)
     found = lineage(Root(root))
+    assert_nodes_say_what_their_entries_say(found)
     ring_a = by_id(found)["ring-a"]
     assert [c.id for c in ring_a.children] == ["ring-b"]
     assert sorted(c.id for c in ring_a.children[0].children) == ["hanger"]
@@ -277,6 +293,7 @@ def test_foreign_roots_show_every_session_once(name: str, tmp_path: Path) -> Non
     source = foreign_roots(name)
     found = porcelain.tree(Context.of(str(source)), None)
     assert_every_session_once(source, found)
+    assert_nodes_say_what_their_entries_say(found)
     for node in found.nodes():
         generation = node.generation
         if node.kind == "unreadable" or generation is None:
@@ -346,6 +363,7 @@ def test_a_generated_root_with_chains_of_forks_and_every_oddity(root: Path, reli
     generate_oddities(root, relinked=relinked)
     found = porcelain.tree(Context.of(str(root)), None)
     assert_every_session_once(root, found)
+    assert_nodes_say_what_their_entries_say(found)
     nodes = list(found.nodes())
     forks = [n for n in nodes if n.kind == "fork"]
     assert len(forks) >= 2 * 2 * 2
