@@ -325,24 +325,23 @@ def _place(ordered: list[Node]) -> list[Node]:
             node.flags.append(DUPLICATE_ID)
         else:
             by_id[node.id] = node
-    placed: dict[str, Node | None] = {}  # path → its parent node (None: a top node)
+    ups: dict[str, Node] = {}  # path → the node it is drawn under (a top has none)
     for node in ordered:
         parent_id = node.parent
         if parent_id is None:
-            placed[node.path] = None
-        elif parent_id == node.id:
+            continue
+        if parent_id == node.id:
             node.flags.append(SELF_PARENT)
-            placed[node.path] = None
-        elif parent_id not in by_id:
+            continue
+        parent = by_id.get(parent_id)
+        if parent is None:
             node.flags.append(PARENT_MISSING)
-            placed[node.path] = None
-        else:
-            placed[node.path] = by_id[parent_id]
+            continue
+        ups[node.path] = parent
     # A node that does not reach a top by its parents lies on (or hangs off) a cycle.
     reaches: set[str] = set()
     for node in ordered:
-        if placed[node.path] is None:
-            reaches.add(node.path)
+        if node.path not in ups:
             continue
         trail: list[Node] = []
         seen: set[str] = set()
@@ -352,16 +351,16 @@ def _place(ordered: list[Node]) -> list[Node]:
                 loop = trail[trail.index(current) :]
                 head = min(loop, key=_order)
                 head.flags.append(CYCLE)
-                placed[head.path] = None
+                del ups[head.path]
                 reaches.add(head.path)
                 break
             seen.add(current.path)
             trail.append(current)
-            current = placed[current.path]
+            current = ups.get(current.path)
         reaches.update(member.path for member in trail)
     tops: list[Node] = []
     for node in ordered:
-        parent = placed[node.path]
+        parent = ups.get(node.path)
         if parent is None:
             tops.append(node)
         else:
@@ -449,8 +448,6 @@ class _Reader:
     def family(self, top: Node) -> None:
         """Facts of the family's nodes and copy-of of its copies, parents before children
         (a copy's own copies are matched against its original's subagents)."""
-        if not top.children and not self.wanted(top):  # a session without relatives
-            return
         index = _index(top)
         queue = deque([top])
         while queue:
@@ -504,14 +501,16 @@ def _enrich(tops: list[Node], *, everyone: bool, hook: LogHook | None = None) ->
     and match each seeded subagent to the session it was copied from, family by family."""
     reader = _Reader(everyone=everyone, hook=hook)
     for top in tops:
+        if not top.children and not reader.wanted(top):  # no relatives and no log to read
+            continue
         reader.family(top)
-    stack = list(tops)
-    while stack:
-        node = stack.pop()
-        if node.children:
-            stack.extend(node.children)
-        if node.kind == "copy" and node.copy_of is None:
-            node.kind = "seeded-subagent"
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children)
+            if node.kind == "copy" and node.copy_of is None:
+                node.kind = "seeded-subagent"
 
 
 def _source_of(node: Node, by_id: Mapping[str, Node]) -> Node | None:
