@@ -82,12 +82,18 @@ class SessionLock:
             raise RuntimeError(f"the lock of {self.session_dir} is not held")
         return self._dirs
 
-    def acquire(self) -> SessionLock:
-        """Take the lock through the session dir's descriptor, then verify the dir chain."""
-        dirs = DirChain.open(self.session_dir)
+    def acquire(self, *, dirs: DirChain | None = None, verify: bool = True) -> SessionLock:
+        """Take the lock through the session dir's descriptor, then verify the dir chain.
+
+        ``dirs``: the chain already open (a dir just made through it), taken over by the lock
+        and closed with it, even when the lock is not taken. ``verify=False`` leaves the check
+        to a caller that verifies the chain itself before its first write.
+        """
+        dirs = DirChain.open(self.session_dir) if dirs is None else dirs
         try:
             self._fd = self._lock(dirs)
-            dirs.verify()
+            if verify:
+                dirs.verify()
         except BaseException:
             self.release()
             dirs.close()

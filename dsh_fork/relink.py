@@ -12,6 +12,7 @@ real run report the same outcome. docs/fork-chains.md explains the choices.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import shlex
@@ -39,10 +40,11 @@ from .errors import (
 from .generations import SUPPORTED_VERSION
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .locking import SessionLock, running
-from .model import MODEL_TYPES, Facts, facts_of
+from .model import Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
+from .records import Event
 from .workspace import Workspace, moved_workspace, rebase_cwd
 
 LINEAGE_CYCLE = "lineage cycle"
@@ -76,6 +78,33 @@ _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog", "subagent/des
 """What relink needs of a parent it appends to: cut, catalog, descriptors — never its turns,
 so re-reading a fork child that inherited a huge log parses only a handful of lines."""
 
+_PLAN_TYPES = frozenset(
+    (
+        "turn/start",
+        "turn/end",
+        "session/end-seed",
+        "subagent/catalog",
+        "subagent/descriptor",
+        "agent-preset/selected",
+    )
+)
+"""What the planner needs of a child: its turns (K, §2.6), cut, catalog, descriptors and
+preset. Every line's envelope is checked whatever is collected; only these are parsed."""
+
+
+def _event_time(log: SessionLog, seq: int) -> int | None:
+    """The time of event ``seq``: from the events parsed at open when it is one of them (the
+    ``turn/end`` closing a child's last turn, usually), else read from its frame."""
+    collected = log.collected
+    index = bisect.bisect_left(collected, seq, key=_seq_of)
+    if index < len(collected) and collected[index].seq == seq:
+        return collected[index].time
+    return log.event(seq).time
+
+
+def _seq_of(event: Event) -> int:
+    return event.seq
+
 
 def fork_point(
     log: SessionLog, facts: Facts, parent_id: str, boundary: int, depth: int
@@ -85,6 +114,12 @@ def fork_point(
     For a fork child C: its own log with ``boundary = cut(C) - 1``; for a planned fork: the
     source with the fork boundary; for a copy of S: S's log with ``boundary = K(S) - 1``.
     """
+    time = _event_time(log, boundary) if boundary >= 0 else None
+    return _point(facts, parent_id, boundary, depth, time)
+
+
+def _point(facts: Facts, parent_id: str, boundary: int, depth: int, time: int | None) -> ForkPoint:
+    """``fork_point`` with the time of event ``boundary`` already known."""
     if boundary < 0:
         return ForkPoint(parent_id, 0, None, frozenset(), depth)
     ids = frozenset(
@@ -92,7 +127,7 @@ def fork_point(
         for entry in facts.catalog
         if entry.seq <= boundary and entry.child_id is not None
     )
-    return ForkPoint(parent_id, boundary + 1, log.event(boundary).time, ids, depth)
+    return ForkPoint(parent_id, boundary + 1, time, ids, depth)
 
 
 def copy_cut(facts: Facts) -> int | None:
@@ -136,6 +171,10 @@ class RelinkSummary:
     descriptors_repaired: list[str] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unlisted: list[Path] | None = field(default=None, repr=False, compare=False)
+    """Not part of the outcome: the dirs the run found unlisted, for ``sweep_abandoned``."""
+    clean: set[Path] = field(default_factory=set, repr=False, compare=False)
+    """Not part of the outcome: dirs of the copies published with their temp removed."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -245,7 +284,7 @@ def _open(entry: SessionEntry) -> _Opened:
     if entry.error is not None or generation is None:
         return _Opened(entry, error=entry.error or SessionNotFound(f"{entry.session_dir}: gone"))
     try:
-        log = open_log(generation, collect=MODEL_TYPES)
+        log = open_log(generation, collect=_PLAN_TYPES)
     except DshForkError as exc:
         return _Opened(entry, error=exc)
     except OSError as exc:
@@ -277,10 +316,13 @@ class _Uncat:
 @dataclass
 class _Copy:
     source: _Opened
+    """S, its log released once the prefix is taken: the plan of a wide tree holds no log."""
     inherited: int
     """K(S): the copy inherits S's events ``0..K(S)-1``."""
     descriptor: Any
     level: _Level
+    prefix: seeded.Prefix | None = None
+    """What the copy takes of S; dropped once the copy is drafted."""
 
 
 @dataclass
@@ -409,6 +451,9 @@ class _Planner:
     def __init__(self, root: Root) -> None:
         self.root = root
         self.visited: set[str] = set()
+        self.held = 0
+        """Bytes of verbatim runs the plan holds; past ``HELD_RUNS_MAX`` runs stay in their
+        files (``seeded.RunRef``), so the plan's memory is bounded whatever the tree."""
 
     def _ranks(self, point: ForkPoint, failures: list[_Fail]) -> list[list[_Member]]:
         """The candidates of every source parent on the chain, with their branch membership.
@@ -537,8 +582,20 @@ class _Planner:
         reason = fact_from_descriptor(data, source.id, 0).reason
         if reason is not None:
             return _Uncat(source.id, reason)
-        sub = fork_point(source.log, source.facts, source.id, inherited - 1, point.depth + 1)
-        return _Copy(source, inherited, data, self.level(sub.with_chain(chain), [], set()))
+        log, facts = source.log, source.facts
+        last_time = _event_time(log, inherited - 1) if inherited > 0 else None
+        sub = _point(facts, source.id, inherited - 1, point.depth + 1, last_time)
+        prefix = seeded.take(log, facts, inherited, last_time, hold=self._hold(log))
+        if isinstance(prefix.run, bytes):
+            self.held += len(prefix.run)
+        source.log = source.facts = None  # the log is not needed again: memory stays flat
+        item = _Copy(source, inherited, data, self.level(sub.with_chain(chain), [], set()))
+        item.prefix = prefix
+        return item
+
+    def _hold(self, log: SessionLog) -> bool:
+        """Whether the plan may hold this log's verbatim run (within ``HELD_RUNS_MAX``)."""
+        return self.held + len(log.data) <= HELD_RUNS_MAX
 
     def _match(self, source_id: str, copy: _Opened, chain: tuple[str, ...]) -> _Match:
         """Recurse into an existing copy with its own cut and last inherited time (§4.2.6)."""
@@ -610,6 +667,9 @@ def _descriptor_to_repair(child: _Opened) -> Any | None:
 # -- the walk ---------------------------------------------------------------------------------
 
 
+HELD_RUNS_MAX = 8 << 20
+"""Bytes of verbatim runs a plan holds in memory; beyond, each is reread from its file."""
+
 COPY_BATCH = 32
 """Copies of one level published together: their fsyncs overlap. Each keeps its lock (four
 descriptors) until its subtree is done, so a batch is also bounded by ``LOCKS_HELD_MAX``."""
@@ -653,6 +713,8 @@ class _Walker:
         self.held = 0
         """Copy locks held by the batches of the levels being walked."""
         self.workspace: Workspace | None = None
+        self._listed: set[str] | None = None
+        self._names: set[str] = set()
 
     def sync(self) -> None:
         """Make the new copies' directory entries durable before anything refers to them."""
@@ -736,27 +798,20 @@ class _Walker:
         depth = parent.depth + 1
         assert parent.id is not None
         ready: list[tuple[_Copy, str, int, writer.Draft]] = []
-        taken: set[str] = set()
-        for item in items:
-            self._tick()
-            source = item.source
-            if running(source.entry.session_dir):
-                self.summary.skipped.append({"id": source.id, "reason": "running"})
-                continue
-            try:
-                if parent.id in self.created:
-                    self.sync()  # a copy's header names its parent: that parent must be durable
-                copy_id, created_at, draft = self._draft(item, parent.id, depth, taken)
-            except DshForkError as exc:
-                self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
-                continue
-            taken.add(copy_id)
-            ready.append((item, copy_id, created_at, draft))
+        try:
+            self._drafts(items, parent.id, depth, ready)
+        except BaseException:
+            for _, _, _, draft in ready:  # the publish never took their open dirs over
+                if draft.dirs is not None:
+                    draft.dirs.close()
+            raise
         outcomes = writer.publish_batch([d for _, _, _, d in ready], keep_lock=True)
         locks: list[SessionLock | None] = []
         for (_, _, _, draft), outcome in zip(ready, outcomes, strict=True):
             if isinstance(outcome, writer.Published):
                 seeded.register(self.root, draft, outcome)
+                if not outcome.temp_left:
+                    self.summary.clean.add(outcome.session_dir)
                 locks.append(outcome.lock)
                 self.held += 1
             else:
@@ -787,33 +842,65 @@ class _Walker:
                     held.release()
                     self.held -= 1
 
+    def _drafts(
+        self,
+        items: list[_Copy],
+        parent_id: str,
+        depth: int,
+        ready: list[tuple[_Copy, str, int, writer.Draft]],
+    ) -> None:
+        """Draft each copy of a batch into ``ready``; one that cannot be drafted fails alone."""
+        taken: set[str] = set()
+        for item in items:  # each source's lock was probed once, by the plan (§4.2.5)
+            self._tick()
+            source = item.source
+            try:
+                if parent_id in self.created:
+                    self.sync()  # a copy's header names its parent: that parent must be durable
+                copy_id, created_at, draft = self._draft(item, parent_id, depth, taken)
+            except DshForkError as exc:
+                self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
+                continue
+            except OSError as exc:  # its run, reread from its file (seeded.RunRef)
+                error = IoError.of(exc, "read")
+                self._fail(source.id, error.code, f"{source.id}: the copy was not written: {error}")
+                continue
+            taken.add(copy_id)
+            ready.append((item, copy_id, created_at, draft))
+
     def _draft(
         self, item: _Copy, parent_id: str, depth: int, taken: set[str]
     ) -> tuple[str, int, writer.Draft]:
         """The copy to write (semantics §1.5, §4.4.1): S's events ``0..K(S)-1`` verbatim,
         the marker, S's descriptor, in a new session dir."""
-        source = item.source
-        assert source.log is not None and source.facts is not None
-        copy_id = seeded.fresh_id(self.root, self.new_id, taken)
+        prefix, item.prefix = item.prefix, None  # held no longer than the copy needs it
+        assert prefix is not None
+        copy_id = seeded.fresh_id(self.root, self.new_id, taken, exists=self._exists)
         created_at = self.clock()
-        plan = seeded.plan(
-            source.log,
-            source.facts,
+        plan = seeded.plan_prefix(
+            prefix,
             session_id=copy_id,
             created_at=created_at,
             parent_session=parent_id,
             origin="subagent",
             depth=depth,
-            inherited=item.inherited,
             own=[("subagent/descriptor", item.descriptor)],
         )
         if self.workspace is not None:  # a fork moved to another workspace: copies follow
             plan.cwd = rebase_cwd(plan.cwd, *self.workspace)
-        return (
-            copy_id,
-            created_at,
-            seeded.draft(self.root, plan, source.log, deferred=self.unsynced),
-        )
+        draft = seeded.draft_prefix(self.root, plan, prefix, deferred=self.unsynced)
+        self._names.add(draft.session_dir.name)
+        return copy_id, created_at, draft
+
+    def _exists(self, session_id: str) -> bool:
+        """Whether a session dir of the root is named for this id: from the listing (made
+        under the fork child's lock) and the copies this walk drafted, not a look into every
+        project dir per copy."""
+        if self._listed is None:
+            self._listed = {e.session_dir.name for e in self.root.entries()}
+            self._listed.update(e.session_dir.name for e in self.root.unlisted())
+        segment = layout.encode_segment(session_id)
+        return segment in self._listed or segment in self._names
 
     def _record_copy(
         self, item: _Copy, copy_id: str | None, parent_id: str | None, depth: int
@@ -943,8 +1030,10 @@ def _fork_chain(root: Root, parent_id: str) -> tuple[str, ...]:
     return tuple(chain)
 
 
-def _refresh(root: Root) -> None:
-    """Add to the root's listing the sessions published since it was built (by another run).
+def _refresh(root: Root) -> list[Path]:
+    """Add to the root's listing the sessions published since it was built (by another run);
+    return the dirs of the root still not listed (no session in them, or unlistable), which
+    ``unreadable_sessions`` and ``sweep_abandoned`` look at instead of walking the root again.
 
     Called with the fork child's lock held: every copy a finished run made under it is on
     disk by then, so the existing copies are listed from disk, never from a listing made
@@ -952,16 +1041,24 @@ def _refresh(root: Root) -> None:
     not know are read, so a ``relink --all`` over many fork children stays cheap.
     """
     known = {entry.session_dir for entry in root.entries()}
+    left: list[Path] = []
     for session_dir in root.candidate_dirs():
         if session_dir not in known:
+            entry = None
             with contextlib.suppress(DshForkError, OSError):
-                root.register(session_dir)
+                entry = root.register(session_dir)
+            if entry is None:
+                left.append(session_dir)
+    return left
 
 
-def unreadable_sessions(root: Root, *, fork_children: bool = False) -> list[dict[str, Any]]:
+def unreadable_sessions(
+    root: Root, *, fork_children: bool = False, unlisted: list[Path] | None = None
+) -> list[dict[str, Any]]:
     """Session dirs whose lineage cannot be read (an unlistable dir, a header that cannot be
     read at all): any of them may be a child relink should copy, so each is a failed item.
-    With ``fork_children`` also the fork children whose header is refused (relink --all)."""
+    With ``fork_children`` also the fork children whose header is refused (relink --all).
+    ``unlisted``: the dirs ``_refresh`` left unlisted, so the root is not walked again."""
     items: list[dict[str, Any]] = []
     known = {entry.session_dir for entry in root.entries()}
     for entry in root.unreadable():
@@ -977,7 +1074,7 @@ def unreadable_sessions(root: Root, *, fork_children: bool = False) -> list[dict
                     "message": str(error),
                 }
             )
-    for session_dir in root.candidate_dirs():
+    for session_dir in root.candidate_dirs() if unlisted is None else unlisted:
         if session_dir in known:
             continue
         try:
@@ -1084,8 +1181,8 @@ def relink_new_child(
     ``workspace`` (old cwd, new cwd): the child was forked into another workspace."""
     summary = RelinkSummary(child_id, point.parent_id, False)
     log = OpLog(oplog_path, clock=clock, warn=summary.warnings.append)
-    _refresh(root)
-    summary.failed.extend(unreadable_sessions(root))
+    summary.unlisted = _refresh(root)
+    summary.failed.extend(unreadable_sessions(root, unlisted=summary.unlisted))
     existing = [_open(e) for e in root.children_of(child_id)]
     point, level = _plan(root, point, existing, set())
     _run(
@@ -1133,6 +1230,7 @@ def relink(
         )
     if generation.version < SUPPORTED_VERSION:
         raise unsupported_below_v4(f"fork child {header.id}", generation.version)
+    root.entries()  # the listing the run needs anyway: the root's encoding is read from it
     root.require_writable()
     acquired: SessionLock | None = None
     if lock is None and not dry_run:
@@ -1160,9 +1258,9 @@ def relink(
             c_log, c_facts = appended.log, appended.facts
             if appended.repaired_tail:
                 summary.warnings.append(f"repaired a torn tail in {header.id}")
-        _refresh(root)  # under C's lock: what a finished run made is listed now
+        summary.unlisted = _refresh(root)  # under C's lock: what a finished run made is listed
         if report_unreadable:
-            summary.failed.extend(unreadable_sessions(root))
+            summary.failed.extend(unreadable_sessions(root, unlisted=summary.unlisted))
         parent_id = c_log.header.parent_session
         assert parent_id is not None
         parent_entry = root.entry(parent_id)
@@ -1244,12 +1342,21 @@ def relink_all(
     return result
 
 
-def sweep_abandoned(root: Root, fork_children: list[str]) -> int:
+def sweep_abandoned(
+    root: Root,
+    fork_children: list[str],
+    *,
+    unlisted: list[Path] | None = None,
+    clean: frozenset[Path] = frozenset(),
+) -> int:
     """Remove the temps interrupted publishes left: in dirs that hold no session (the listing
     skips them) and beside the fork children and their copies (a publish that died between
-    its link and its temp removal). writer.sweep_own_temps says what is removed."""
+    its link and its temp removal). writer.sweep_own_temps says what is removed.
+    ``unlisted``: the dirs the run's ``_refresh`` left unlisted (no walk of the root);
+    ``clean``: dirs of copies the run published and removed the temp of (not listed again)."""
     known = {entry.session_dir for entry in root.entries()}
-    dirs = [d for d in root.candidate_dirs() if d not in known]
+    candidates = root.candidate_dirs() if unlisted is None else unlisted
+    dirs = [d for d in candidates if d not in known]
     seen: set[str] = set()
     todo = list(fork_children)
     while todo:
@@ -1258,7 +1365,7 @@ def sweep_abandoned(root: Root, fork_children: list[str]) -> int:
             continue
         seen.add(session_id)
         entry = root.entry(session_id)
-        if entry is not None:
+        if entry is not None and entry.session_dir not in clean:
             dirs.append(entry.session_dir)
         todo.extend(e.id for e in root.children_of(session_id) if e.id is not None)
     return sum(len(writer.sweep_own_temps(d)) for d in dirs)
@@ -1281,7 +1388,12 @@ def relink_arg(
     )
     summary.warnings[:0] = located.warnings
     if not dry_run and summary.fork_child is not None:  # preconditions held: bad input
-        sweep_abandoned(located.root, [summary.fork_child])  # never writes
+        sweep_abandoned(  # never writes
+            located.root,
+            [summary.fork_child],
+            unlisted=summary.unlisted,
+            clean=frozenset(summary.clean),
+        )
     return summary
 
 

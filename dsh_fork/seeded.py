@@ -13,6 +13,9 @@ rules they share live here, once:
   never selected one this is the source header's, as §4.4.1 states);
 - **ids**: ``session-<uuid4>``, redrawn on a collision with any session dir of the root, up to
   ``ID_ATTEMPTS`` draws;
+- **prefix**: what a session takes from its source (cwd, preset, the last inherited time, the
+  verbatim frames and the cut lines) can be taken once (``take``), so that a run planning
+  thousands of copies holds those few bytes per copy instead of every source's log;
 - **publish**: through ``writer.publish`` (temp, fsync, link, dir fsync), then registered in the
   root's listing so the rest of the run sees it without re-reading the root.
 """
@@ -20,7 +23,8 @@ rules they share live here, once:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container
+import os
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +32,14 @@ from typing import Any
 from . import writer
 from .discovery import Root
 from .errors import DshForkError, InternalError
+from .fsdir import open_regular
 from .generations import SUPPORTED_VERSION, Generation
 from .ids import IdFactory
 from .layout import encode_segment, project_dir_name
 from .model import Facts
 from .reader import SessionLog
 from .records import encode_event, encode_header, parse_header
+from .source import FileBytes, FileRun, Identity, identity_of, stale
 
 MARKER_TYPE = "session/end-seed"
 ID_ATTEMPTS = 5
@@ -78,10 +84,11 @@ class SeededPlan:
 
 def marker_time(source: SessionLog, inherited: int, created_at: int) -> int:
     """The marker's time: the last inherited event's, else ``created_at`` (module rule)."""
-    if inherited <= 0:
-        return created_at
-    time = source.event(inherited - 1).time
-    return created_at if time is None else time
+    return _marker(None if inherited <= 0 else source.event(inherited - 1).time, created_at)
+
+
+def _marker(last_time: int | None, created_at: int) -> int:
+    return created_at if last_time is None else last_time
 
 
 def preset(facts: Facts, inherited: int) -> str | None:
@@ -89,12 +96,21 @@ def preset(facts: Facts, inherited: int) -> str | None:
     return facts.preset_at(inherited - 1)
 
 
-def fresh_id(root: Root, new_id: IdFactory, taken: Container[str] = ()) -> str:
+def fresh_id(
+    root: Root,
+    new_id: IdFactory,
+    taken: Container[str] = (),
+    *,
+    exists: Callable[[str], bool] | None = None,
+) -> str:
     """``session-<uuid4>`` not used by any session dir of the root (format §2.7), nor in
-    ``taken`` (the ids of a batch not yet published)."""
+    ``taken`` (the ids of a batch not yet published). ``exists`` answers for the root from
+    what the caller knows of it (a listing kept up to date), instead of looking in every
+    project dir for each draw."""
+    used = root.exists if exists is None else exists
     for _ in range(ID_ATTEMPTS):
         candidate = new_id()
-        if candidate not in taken and not root.exists(candidate):
+        if candidate not in taken and not used(candidate):
             return candidate
     raise InternalError(f"{ID_ATTEMPTS} fresh session ids in a row already exist")
 
@@ -126,6 +142,112 @@ def plan(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """A verbatim run left in its source file: reopened when it is written, and refused as
+    SESSION_STALE if the file is no longer the one read (``source.Identity``)."""
+
+    path: Path
+    identity: Identity
+    start: int
+    end: int
+
+    def open(self) -> FileRun:
+        try:
+            fd = open_regular(self.path)
+        except FileNotFoundError:
+            raise stale(self.path) from None
+        try:
+            same = identity_of(os.fstat(fd)) == self.identity
+        except BaseException:
+            os.close(fd)
+            raise
+        if not same:
+            os.close(fd)
+            raise stale(self.path)
+        return FileRun(FileBytes(fd, self.path, self.identity), self.start, self.end)
+
+
+@dataclass(eq=False, slots=True)
+class Prefix:
+    """What a seeded session takes from its source, taken once (``take``): the source's log
+    can then be dropped long before the session is written."""
+
+    cwd: str | None
+    agent_preset: str | None
+    inherited: int
+    last_time: int | None
+    """The time of the last inherited event (None: nothing inherited, or no safe integer)."""
+    run: bytes | RunRef
+    """The whole frames of the prefix, as bytes or as a range of the source file."""
+    tail: bytes
+    """The lines of the run the cut falls in, to be framed anew."""
+
+
+def take(
+    source: SessionLog,
+    facts: Facts,
+    inherited: int,
+    last_time: int | None,
+    *,
+    hold: bool = True,
+) -> Prefix:
+    """The prefix of ``source`` through event ``inherited - 1`` (``last_time`` is that
+    event's time, which the caller knows). With ``hold`` the verbatim frames are copied out
+    of the log (a small run); without, only their place in the file is kept."""
+    run, _, tail = source.prefix_run(inherited - 1)
+    held: bytes | RunRef
+    if isinstance(run, FileRun):
+        held = RunRef(source.path, run.source.identity, run.start, run.end)
+    elif hold or not run:
+        held = bytes(run)
+    else:
+        start = source.body_frames[0].start if source.body_frames else 0
+        held = RunRef(source.path, source.identity, start, start + len(run))
+    return Prefix(
+        source.header.cwd,
+        preset(facts, inherited),
+        inherited,
+        last_time if inherited > 0 else None,
+        held,
+        tail,
+    )
+
+
+def plan_prefix(
+    prefix: Prefix,
+    *,
+    session_id: str,
+    created_at: int,
+    parent_session: str,
+    origin: str | None,
+    depth: int,
+    own: list[tuple[str, Any]] | None = None,
+) -> SeededPlan:
+    """``plan`` from a taken prefix."""
+    return SeededPlan(
+        session_id=session_id,
+        created_at=created_at,
+        cwd=prefix.cwd,
+        parent_session=parent_session,
+        origin=origin,
+        depth=depth,
+        agent_preset=prefix.agent_preset,
+        inherited=prefix.inherited,
+        marker_time=_marker(prefix.last_time, created_at),
+        own=list(own or ()),
+    )
+
+
+def draft_prefix(
+    root: Root, seeded: SeededPlan, prefix: Prefix, *, deferred: set[Path] | None = None
+) -> writer.Draft:
+    """``draft`` from a taken prefix; a run left in its file is reopened here. The draft
+    keeps the new dir's chain open (``writer.Draft.dirs``) for its publish to lock through."""
+    run = prefix.run.open() if isinstance(prefix.run, RunRef) else prefix.run
+    return _draft(root, seeded, run, prefix.tail, deferred, keep_dirs=True)
+
+
 def draft(
     root: Root, seeded: SeededPlan, source: SessionLog, *, deferred: set[Path] | None = None
 ) -> writer.Draft:
@@ -136,14 +258,25 @@ def draft(
     parents are fsynced by the caller (``writer.sync_dirs``) before anything refers to them.
     """
     run, _, cut_lines = source.prefix_run(seeded.inherited - 1)
+    return _draft(root, seeded, run, cut_lines, deferred, keep_dirs=False)
+
+
+def _draft(
+    root: Root,
+    seeded: SeededPlan,
+    run: bytes | memoryview | FileRun,
+    cut_lines: bytes,
+    deferred: set[Path] | None,
+    *,
+    keep_dirs: bool,
+) -> writer.Draft:
     body = writer.Body(frames=[run] if run else [], tail=cut_lines + seeded.own_lines())
-    session_dir = writer.ensure_session_dir(
-        root.path,
-        project_dir_name(seeded.cwd),
-        encode_segment(seeded.session_id),
-        deferred=deferred,
-    )
-    return writer.Draft(session_dir, seeded.header_line(), body)
+    where = (root.path, project_dir_name(seeded.cwd), encode_segment(seeded.session_id))
+    if not keep_dirs:
+        session_dir = writer.ensure_session_dir(*where, deferred=deferred)
+        return writer.Draft(session_dir, seeded.header_line(), body)
+    dirs, fresh = writer.open_session_dir(*where, deferred=deferred)
+    return writer.Draft(dirs.path, seeded.header_line(), body, dirs=dirs, fresh=fresh)
 
 
 def register(root: Root, draft: writer.Draft, published: writer.Published) -> None:

@@ -182,33 +182,47 @@ def ensure_session_dir(
     of copies then costs one project-dir fsync, not one per copy; a crash before it can only
     lose sessions nothing refers to yet.
     """
+    dirs, _ = _make_session_dir(root, project, segment, deferred)
+    dirs.close()
+    return dirs.path
+
+
+@_io
+def open_session_dir(
+    root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
+) -> tuple[DirChain, bool]:
+    """``ensure_session_dir``, the dirs it went through left open: a publish into the new
+    dir locks through them (``Draft.dirs``) instead of opening the three dirs again. Also
+    says whether the session dir was created here (``Draft.fresh``)."""
+    return _make_session_dir(root, project, segment, deferred)
+
+
+def _make_session_dir(
+    root: Path, project: str, segment: str, deferred: set[Path] | None
+) -> tuple[DirChain, bool]:
     _ensure_root(root, deferred)
     session_dir = root / project / segment
-    root_dir = DirFd.open(root, root)
+    opened = [DirFd.open(root, root)]
+    created = False
     try:
-        parent = root_dir
-        opened: list[DirFd] = []
-        try:
-            for path in (root / project, session_dir):
-                created = False
-                if not _exists(parent, path.name):
-                    faults.step("mkdir", path)
-                    created = parent.mkdir(path.name)
-                    faults.done("mkdir", path)
-                child = DirFd.open(path.name, path, parent)
-                opened.append(child)
-                if created:
-                    if deferred is not None:
-                        deferred.add(parent.path)
-                    else:
-                        _fsync_dir_fd(parent)
-                parent = child
-        finally:
-            for handle in opened:
-                handle.close()
-    finally:
-        root_dir.close()
-    return session_dir
+        for path in (root / project, session_dir):
+            parent = opened[-1]
+            created = False
+            if not _exists(parent, path.name):
+                faults.step("mkdir", path)
+                created = parent.mkdir(path.name)
+                faults.done("mkdir", path)
+            opened.append(DirFd.open(path.name, path, parent))
+            if created:
+                if deferred is not None:
+                    deferred.add(parent.path)
+                else:
+                    _fsync_dir_fd(parent)
+    except BaseException:
+        for handle in opened:
+            handle.close()
+        raise
+    return DirChain(opened[0], opened[1], opened[2]), created
 
 
 @_io
@@ -229,8 +243,12 @@ def _exists(handle: DirFd, name: str) -> bool:
 
 def _generation_names(handle: DirFd) -> list[tuple[int, str, str]]:
     """(version, encoding, name) of the canonical names in a held dir, lowest first."""
+    return _generations_among(handle.listdir())
+
+
+def _generations_among(names: list[str]) -> list[tuple[int, str, str]]:
     found: list[tuple[int, str, str]] = []
-    for name in handle.listdir():
+    for name in names:
         parsed = parse_name(name)
         if parsed is not None:
             found.append((parsed[0], parsed[1], name))
@@ -264,6 +282,8 @@ class Published:
     session_dir: Path
     size: int
     lock: SessionLock | None
+    temp_left: bool = False
+    """The temp could not be removed after the link (an ignored name a sweep removes)."""
 
 
 @dataclass
@@ -276,6 +296,13 @@ class Draft:
     header_frame: bytes | None = None
     """The header's frame exactly as another log stored it (an import reproduces a log byte
     for byte); ``header_line`` is then only what it holds."""
+    dirs: DirChain | None = None
+    """The open dirs the session dir was made through (``open_session_dir``): the publish
+    takes them over (its lock holds them), or closes them if it never gets that far."""
+    fresh: bool = False
+    """The session dir was created by ``open_session_dir`` for this draft, under a fresh
+    random id: it held nothing then, so the publish need not list it for a session or a
+    dead run's temps (only a writer drawing the same id could have put one there)."""
 
 
 @dataclass(eq=False)
@@ -288,6 +315,7 @@ class _Pending:
     temp: str | None = None
     fd: int | None = None
     linked: str | None = None
+    temp_left: bool = False
     runs: list[FileRun] = field(default_factory=list)
     """Runs copied from a source log: checked to be what was read before the link."""
 
@@ -342,15 +370,20 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
     live: dict[int, _Pending] = {}
     try:
         for index, draft in enumerate(drafts):
-            first = (
-                zframes.encode(draft.header_line)
-                if draft.header_frame is None
-                else draft.header_frame
-            )
-            payload = [first, *draft.body.encoded()]  # before the lock: pure work
+            dirs, draft.dirs = draft.dirs, None  # from here on, _begin (or the lock) owns them
             try:
-                live[index] = _begin(draft.session_dir, payload)
-            except Exception as exc:
+                first = (
+                    zframes.encode(draft.header_line)
+                    if draft.header_frame is None
+                    else draft.header_frame
+                )
+                payload = [first, *draft.body.encoded()]  # before the lock: pure work
+                live[index] = _begin(draft.session_dir, payload, dirs, fresh=draft.fresh)
+            except BaseException as exc:
+                if dirs is not None:  # closing twice is harmless (DirFd.close)
+                    dirs.close()
+                if not isinstance(exc, Exception):
+                    raise
                 results[index] = _as_error(exc, draft.session_dir)
         for stage, threads in ((_sync_temp, True), (_link, False), (_sync_dir, True)):
             _run_stage(stage, live, results, threads=threads and len(live) > 1)
@@ -360,12 +393,20 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
         for pending in live.values():
             _close_fd(pending)
             pending.lock.release()
+        for draft in drafts:
+            if draft.dirs is not None:
+                draft.dirs.close()
+                draft.dirs = None
         raise
     for index, pending in live.items():
         if not keep_lock:
             pending.lock.release()
         results[index] = Published(
-            pending.final, pending.session_dir, pending.size, pending.lock if keep_lock else None
+            pending.final,
+            pending.session_dir,
+            pending.size,
+            pending.lock if keep_lock else None,
+            pending.temp_left,
         )
     return [r for r in results if r is not None]
 
@@ -436,7 +477,14 @@ def _run_stage(
 
     pool = _threads.get(len(items)) if threads and not faults.active() else None
     if pool is not None:
-        errors = list(pool.map(attempt, [p for _, p in items]))
+        # One task per thread, each taking every SYNC_THREADS-th publish: as many waits
+        # overlap as with a task per publish, for a few futures instead of one per fsync.
+        todo = [p for _, p in items]
+        parts = [todo[k::SYNC_THREADS] for k in range(min(SYNC_THREADS, len(todo)))]
+        done = list(pool.map(lambda part: [attempt(p) for p in part], parts))
+        errors: list[Exception | None] = [None] * len(todo)
+        for k, outcome in enumerate(done):
+            errors[k::SYNC_THREADS] = outcome
     else:
         errors = [attempt(p) for _, p in items]
     for (index, pending), exc in zip(items, errors, strict=True):
@@ -457,20 +505,29 @@ def _close_fd(pending: _Pending) -> None:
         pending.fd = None
 
 
-def _begin(session_dir: Path, payload: list[bytes | memoryview | FileRun]) -> _Pending:
-    """Lock the dir, check it holds no session, create the temp and write it (not synced)."""
-    lock = SessionLock(session_dir).acquire()
+def _begin(
+    session_dir: Path,
+    payload: list[bytes | memoryview | FileRun],
+    dirs: DirChain | None = None,
+    *,
+    fresh: bool = False,
+) -> _Pending:
+    """Lock the dir, check it holds no session, create the temp and write it (not synced).
+    ``dirs``: the chain the dir was just made through, which the lock takes over; ``fresh``:
+    that dir was made empty for this publish (``Draft.fresh``), so it is not listed."""
+    lock = SessionLock(session_dir).acquire(dirs=dirs, verify=False)  # verified below
     pending = _Pending(session_dir, lock, sum(len(f) for f in payload))
     handle = lock.dirs.session
     try:
-        if _generation_names(handle):
+        names = [] if fresh else handle.listdir()  # one listing for both checks
+        if _generations_among(names):
             raise SessionAlreadyExists(
                 f"{session_dir.name} already holds a session", path=str(session_dir)
             )
-        _remove_own_temps(handle)
         temp = own_temp_name()
         temp_path = handle.entry(temp)
-        lock.dirs.verify()  # the last moment before the first byte is created
+        lock.dirs.verify()  # the last moment before the first byte is created or removed
+        _remove_temps_among(handle, names)
         faults.step("create", temp_path)
         pending.fd = handle.open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         pending.temp = temp
@@ -532,7 +589,7 @@ def _sync_dir(pending: _Pending) -> None:
             path=str(pending.final),
             published=True,
         ) from exc
-    _unlink_temp(handle, pending.linked)
+    pending.temp_left = not _unlink_temp(handle, pending.linked)
 
 
 def _link_into_place(handle: DirFd, temp: str, final: Path) -> None:
@@ -555,22 +612,29 @@ def _remove_quietly(handle: DirFd, name: str) -> None:
         handle.unlink(name)
 
 
-def _unlink_temp(handle: DirFd, temp: str) -> None:
+def _unlink_temp(handle: DirFd, temp: str) -> bool:
     """Remove a linked temp; failing to is no failure (an ignored name, swept later)."""
-    with contextlib.suppress(OSError):
+    try:
         faults.step("unlink", handle.entry(temp))
         handle.unlink(temp)
         faults.done("unlink", handle.entry(temp))
+    except OSError:
+        return False
+    return True
 
 
 def _remove_own_temps(handle: DirFd) -> list[str]:
     """Remove the temps dead dsh-fork runs left; the caller holds the dir's lock, so no live
     dsh-fork publish owns them. Best effort: a temp that stays is still an ignored name."""
-    removed: list[str] = []
     try:
         names = handle.listdir()
     except OSError:
-        return removed
+        return []
+    return _remove_temps_among(handle, names)
+
+
+def _remove_temps_among(handle: DirFd, names: list[str]) -> list[str]:
+    removed: list[str] = []
     for name in names:
         if is_own_temp(name):
             with contextlib.suppress(OSError):
