@@ -127,7 +127,11 @@ def _point(facts: Facts, parent_id: str, boundary: int, depth: int, time: int | 
         for entry in facts.catalog
         if entry.seq <= boundary and entry.child_id is not None
     )
-    return ForkPoint(parent_id, boundary + 1, time, ids, depth)
+    return ForkPoint(parent_id, boundary + 1, time, ids or _NONE, depth)
+
+
+_NONE: frozenset[str] = frozenset()
+"""One empty set for the fork points of the many copies whose source catalogued nothing."""
 
 
 def copy_cut(facts: Facts) -> int | None:
@@ -387,15 +391,24 @@ class _Member:
     entry: SessionEntry
     rank: int
     belongs: bool
-    opened: _Opened | None = None
+    readable: bool = False
+    """Whether its log is read at all (it belongs, or lineages are grouped): read on first
+    use, so a wide level holds one log at a time, not every child's at once."""
+    _opened: _Opened | None = None
     _key: str | None = None
 
     @property
     def id(self) -> str:
         return self.entry.id or self.entry.session_dir.name
 
+    def open(self) -> _Opened | None:
+        if self._opened is None and self.readable:
+            self._opened = _open(self.entry)
+        return self._opened
+
     def logged(self) -> Logged | None:
-        return None if self.opened is None else self.opened.logged()
+        opened = self.open()
+        return None if opened is None else opened.logged()
 
     def key(self) -> str | None:
         """The normalised first event (a copy's equals its source's): a cheap pre-filter."""
@@ -423,9 +436,10 @@ def _lineages(ranks: list[list[_Member]]) -> list[list[_Member]]:
     lineages: list[list[_Member]] = []
     for members in reversed(ranks):
         taken: set[int] = set()
+        free = len(lineages)  # lineages of farther ranks not joined yet: the only joinable
         for member in members:
-            logged = member.logged()
             joined: int | None = None
+            logged = member.logged() if free else None  # read only when it could join one
             if logged is not None and logged.log.header.is_seeded and logged.facts.cut > 0:
                 key = member.key()
                 for index, lineage in enumerate(lineages):
@@ -438,6 +452,7 @@ def _lineages(ranks: list[list[_Member]]) -> list[list[_Member]]:
             else:
                 lineages[joined].insert(0, member)
                 taken.add(joined)
+                free -= 1
     return lineages
 
 
@@ -481,8 +496,7 @@ class _Planner:
         grouping = len(sources) > 1
         for members in ranks:
             for member in members:
-                if member.belongs or grouping:
-                    member.opened = _open(member.entry)
+                member.readable = member.belongs or grouping
         return ranks
 
     def level(
@@ -523,8 +537,9 @@ class _Planner:
                 if member.id in matched_source:
                     item = self._match(member.id, by_id[matched_source[member.id]], chain)
                 else:
-                    assert member.opened is not None
-                    item = self._classify(member.opened, point, chain)
+                    opened = member.open()
+                    assert opened is not None
+                    item = self._classify(opened, point, chain)
             ordered.append((_order(member.entry), item))
         ordered.sort(key=lambda pair: pair[0])
         level.items = [item for _, item in ordered]
@@ -667,7 +682,7 @@ def _descriptor_to_repair(child: _Opened) -> Any | None:
 # -- the walk ---------------------------------------------------------------------------------
 
 
-HELD_RUNS_MAX = 8 << 20
+HELD_RUNS_MAX = 2 << 20
 """Bytes of verbatim runs a plan holds in memory; beyond, each is reread from its file."""
 
 COPY_BATCH = 32
