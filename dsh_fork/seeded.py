@@ -202,8 +202,10 @@ def take(
     elif hold or not run:
         held = bytes(run)
     else:
-        start = source.body_frames[0].start if source.body_frames else 0
-        held = RunRef(source.path, source.identity, start, start + len(run))
+        count, _ = source.prefix_frames(inherited - 1)
+        start, end = source.body_frames[0].start, source.body_frames[count - 1].end
+        same = end - start == len(run)  # the run is those frames, adjacent in the file
+        held = RunRef(source.path, source.identity, start, end) if same else bytes(run)
     return Prefix(
         source.header.cwd,
         preset(facts, inherited),

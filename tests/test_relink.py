@@ -3,12 +3,16 @@ forks are repaired, and that a second run changes nothing."""
 
 from __future__ import annotations
 
+import gc
+import os
+import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from conftest import log_header, log_lines, tree_digest, tree_listing
+from conftest import FOREIGN, log_header, log_lines, tree_digest, tree_listing
 from relinkkit import (
     CWD,
     assert_clean,
@@ -28,16 +32,18 @@ from relinkkit import (
     without_ids,
 )
 
-from dsh_fork import faults, writer
+from dsh_fork import faults, seeded, writer
+from dsh_fork import relink as relink_module
 from dsh_fork.discovery import Root
-from dsh_fork.errors import SessionLocked, UnsupportedFormat, UsageError
-from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
+from dsh_fork.errors import DshForkError, SessionLocked, UnsupportedFormat, UsageError
+from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
 from dsh_fork.layout import project_key
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
-from dsh_fork.reader import current_generation, open_log
+from dsh_fork.reader import SessionLog, current_generation, open_log
 from dsh_fork.relink import fork_point as make_fork_point
 from dsh_fork.relink import plan_new_fork, relink_all
+from dsh_fork.source import FileRun
 
 # -- the plugin's own scenario (built by relinkkit.plugin_scenario) -------------------------
 
@@ -702,3 +708,154 @@ def test_relink_all_goes_on_past_an_io_error(root: Path, clock: Clock) -> None:
     assert [r.fork_child for r in result.results] == [fork.id, "session-C2"]
     assert [c["source"] for c in result.results[1].copied] == ["a"]
     assert probe(Root(root).find(fork.id)) != "held"
+
+
+# -- a wide tree: what the plan holds ---------------------------------------------------------
+
+
+def wide_parent(root: Path, clock: Clock) -> tuple[SessionSpec, SessionSpec]:
+    """P with twelve completed children and one whose last turn is open (its copy cuts inside
+    its log), all catalogued before the fork point; C = fork of P."""
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd=CWD)
+    parent.turn(clock)
+    specs = []
+    for k in range(12):
+        spec = subagent(clock, f"child-{k:02d}", parent, label=f"child {k}", turns=1 + k % 3)
+        parent.catalog(clock, spec, label=f"child {k}")
+        specs.append(spec)
+    crashed = subagent(clock, "crashed", parent, label="crashed", turns=2)
+    crashed.open_turn(clock)
+    parent.catalog(clock, crashed, label="crashed")
+    parent.turn(clock)
+    fork = fork_of(parent, "session-C", clock())
+    for spec in (parent, *specs, crashed, fork):
+        spec.publish(root)
+    return parent, fork
+
+
+def test_the_plan_reads_one_child_log_at_a_time_and_keeps_none(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory flat in the number of agents: each child's log is dropped once its copy's
+    prefix is taken, so planning a wide level never holds two child logs, and the walk
+    starts with none."""
+
+    _, fork = wide_parent(root, clock)
+    alive: list[weakref.ref[SessionLog]] = []
+    most = [0]
+
+    def counting_open(*args: Any, **kwargs: Any) -> SessionLog:
+        log = open_log(*args, **kwargs)
+        alive.append(weakref.ref(log))
+        most[0] = max(most[0], sum(1 for ref in alive if ref() is not None))
+        return log
+
+    held_at_walk: list[int] = []
+    plain_run = relink_module._run
+
+    def counting_run(*args: Any, **kwargs: Any) -> None:
+        gc.collect()
+        held_at_walk.append(sum(1 for ref in alive if ref() is not None))
+        plain_run(*args, **kwargs)
+
+    monkeypatch.setattr(relink_module, "open_log", counting_open)
+    monkeypatch.setattr(relink_module, "_run", counting_run)
+    summary = run(root, fork.id)
+
+    assert len(summary.copied) == 13 and summary.ok
+    assert len(alive) == 13  # every child read once
+    assert most[0] == 1
+    assert held_at_walk == [0]
+
+
+def test_runs_reread_from_their_files_make_the_same_copies(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the plan's budget a copy's verbatim frames stay in the source file and are copied
+    from it: the copies are byte for byte those made from the runs held in memory."""
+    held, reread = tmp_path / "held" / "sessions", tmp_path / "reread" / "sessions"
+    _, fork = wide_parent(held, clock)
+    shutil.copytree(held.parent, reread.parent)
+    first = run(held, fork.id)
+    monkeypatch.setattr(relink_module, "HELD_RUNS_MAX", 0)
+    reopened: list[Path] = []
+    plain_open = seeded.RunRef.open
+
+    def counting_open(ref: seeded.RunRef) -> FileRun:
+        reopened.append(ref.path)
+        return plain_open(ref)
+
+    monkeypatch.setattr(seeded.RunRef, "open", counting_open)
+    second = run(reread, fork.id)
+
+    assert first.to_json() == second.to_json()
+    assert len(first.copied) == 13 and len(reopened) == 13
+    assert tree_digest(held) == tree_digest(reread)
+    assert_clean(reread)
+
+
+def test_a_source_changed_after_the_plan_fails_stale_and_a_rerun_copies_it(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run reread from its file must come from the file the plan read: one changed since
+    (here its mtime) is SESSION_STALE, its copy is not written, the others are."""
+    _, fork = wide_parent(root, clock)
+    changed = log_of(root, "child-03")
+    plain_run = relink_module._run
+
+    def touching_run(*args: Any, **kwargs: Any) -> None:
+        st = changed.stat()
+        os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        plain_run(*args, **kwargs)
+
+    monkeypatch.setattr(relink_module, "HELD_RUNS_MAX", 0)
+    monkeypatch.setattr(relink_module, "_run", touching_run)
+    summary = run(root, fork.id)
+
+    assert [(f["id"], f["code"]) for f in summary.failed] == [("child-03", "SESSION_STALE")]
+    assert len(summary.copied) == 12
+    assert "child-03" not in {c["source"] for c in summary.copied}
+    monkeypatch.setattr(relink_module, "_run", plain_run)
+    again = run(root, fork.id)
+    assert [c["source"] for c in again.copied] == ["child-03"] and again.ok
+    assert_clean(root)
+
+
+def _session_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("**/*") if p.is_dir() and current_generation(p) is not None)
+
+
+def test_the_planners_narrow_read_agrees_with_the_full_read_on_every_log(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The planner parses only the types it needs (``_PLAN_TYPES``) and takes an event's
+    time from them when it can (``_event_time``): on every log of a generated root, of the
+    plugin scenario and of every foreign root, the read fails alike, the facts relink uses
+    are the same and every event's time is the one the full read gives."""
+    generated = tmp_path / "generated" / "sessions"
+    generate(generated, sessions=2, agents=3, depth=2, turns=3, seed=11)
+    plugin_scenario(tmp_path / "plugin" / "sessions", clock)
+    wide_parent(tmp_path / "wide" / "sessions", clock)
+    dirs = _session_dirs(tmp_path)
+    if (FOREIGN / "roots").exists():
+        dirs += _session_dirs(FOREIGN / "roots")
+    compared = 0
+    for session_dir in dirs:
+        generation = current_generation(session_dir)
+        assert generation is not None
+        try:
+            full = open_log(generation, collect=MODEL_TYPES)
+        except DshForkError as exc:
+            with pytest.raises(DshForkError) as narrow_error:
+                open_log(generation, collect=relink_module._PLAN_TYPES)
+            assert narrow_error.value.code == exc.code, session_dir
+            continue
+        narrow = open_log(generation, collect=relink_module._PLAN_TYPES)
+        wide, lean = facts_of(full), facts_of(narrow)
+        for name in ("event_count", "turn_marks", "tagged_markers", "catalog", "descriptors"):
+            assert getattr(lean, name) == getattr(wide, name), (session_dir, name)
+        assert lean.presets == wide.presets and lean.cut == wide.cut, session_dir
+        times = [relink_module._event_time(narrow, seq) for seq in range(narrow.event_count)]
+        assert times == [full.event(seq).time for seq in range(full.event_count)], session_dir
+        compared += 1
+    assert compared >= 40
