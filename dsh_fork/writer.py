@@ -50,7 +50,7 @@ from .records import encode_event
 from .source import FileRun
 
 if TYPE_CHECKING:  # the pool is started only by a relink that publishes batches
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 FILE_MODE = 0o600
 
@@ -363,11 +363,17 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
     batch before the next: every temp written, the temps fsynced, each linked, the session
     dirs fsynced. Each session keeps its own order (data durable before its name is linked,
     the name durable before this returns), and the fsyncs of a batch overlap on a few threads
-    instead of waiting one after the other. A draft that fails gets its error in its place;
-    the others go on. Under a fault plan every step runs in turn on this thread, so each step
-    of each session stays a step the crash tests can stop at."""
+    instead of waiting one after the other: inside ``sync_threads`` a group of temps starts
+    its fsyncs as soon as it is written, while the next temps are being written, and a group
+    of dirs as soon as its sessions are linked. A draft that fails gets its error in its
+    place; the others go on. Under a fault plan every step runs in turn on this thread, so
+    each step of each session stays a step the crash tests can stop at."""
     results: list[Published | DshForkError | None] = [None] * len(drafts)
     live: dict[int, _Pending] = {}
+    pool = None if faults.active() else _threads.get(len(drafts))
+    group = -(-len(drafts) // SYNC_THREADS)  # one group per thread
+    syncing: list[tuple[list[int], Future[list[Exception | None]]]] = []
+    waiting: list[int] = []
     try:
         for index, draft in enumerate(drafts):
             dirs, draft.dirs = draft.dirs, None  # from here on, _begin (or the lock) owns them
@@ -385,9 +391,35 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
                 if not isinstance(exc, Exception):
                     raise
                 results[index] = _as_error(exc, draft.session_dir)
-        for stage, threads in ((_sync_temp, True), (_link, False), (_sync_dir, True)):
-            _run_stage(stage, live, results, threads=threads and len(live) > 1)
+                continue
+            waiting.append(index)
+            if pool is not None and len(waiting) >= group:
+                syncing.append(_start(pool, _sync_temp, waiting, live))
+                waiting = []
+        if pool is None:
+            for stage in (_sync_temp, _link, _sync_dir):
+                _run_stage(stage, live, results)
+        else:
+            if waiting:
+                syncing.append(_start(pool, _sync_temp, waiting, live))
+            _gather(syncing, live, results)
+            waiting = []
+            for index in list(live):
+                error = _attempt(_link, live[index])
+                if error is not None:
+                    _abandon(index, error, live, results)
+                    continue
+                waiting.append(index)
+                if len(waiting) >= group:
+                    syncing.append(_start(pool, _sync_dir, waiting, live))
+                    waiting = []
+            if waiting:
+                syncing.append(_start(pool, _sync_dir, waiting, live))
+            _gather(syncing, live, results)
     except BaseException:
+        for _, future in syncing:  # no fsync may still run on a descriptor closed below
+            with contextlib.suppress(BaseException):
+                future.result()
         # A simulated crash leaves its temps behind, as a real one would; the kernel would
         # also drop the locks with the process, so a rerun in this process can take them.
         for pending in live.values():
@@ -458,44 +490,63 @@ def _as_error(exc: Exception, session_dir: Path) -> DshForkError:
     raise exc
 
 
+_Stage = Callable[[_Pending], None]
+
+
+def _attempt(stage: _Stage, pending: _Pending) -> Exception | None:
+    try:
+        stage(pending)
+    except Exception as exc:
+        return exc
+    return None
+
+
 def _run_stage(
-    stage: Callable[[_Pending], None],
+    stage: _Stage, live: dict[int, _Pending], results: list[Published | DshForkError | None]
+) -> None:
+    """Run one step for every live publish, in turn; a failing one is abandoned."""
+    for index, pending in list(live.items()):
+        error = _attempt(stage, pending)
+        if error is not None:
+            _abandon(index, error, live, results)
+
+
+def _start(
+    pool: ThreadPoolExecutor, stage: _Stage, indices: list[int], live: dict[int, _Pending]
+) -> tuple[list[int], Future[list[Exception | None]]]:
+    """One step of a group of publishes, run in turn on a thread of the pool."""
+    group = [live[index] for index in indices]
+    return indices, pool.submit(lambda: [_attempt(stage, pending) for pending in group])
+
+
+def _gather(
+    syncing: list[tuple[list[int], Future[list[Exception | None]]]],
     live: dict[int, _Pending],
     results: list[Published | DshForkError | None],
-    *,
-    threads: bool,
 ) -> None:
-    """Run one step for every live publish; a failing one is abandoned with its error."""
-    items = list(live.items())
+    """Wait for the groups started; each publish that failed is abandoned."""
+    while syncing:
+        indices, future = syncing[0]
+        errors = future.result()
+        del syncing[0]
+        for index, error in zip(indices, errors, strict=True):
+            if error is not None:
+                _abandon(index, error, live, results)
 
-    def attempt(pending: _Pending) -> Exception | None:
-        try:
-            stage(pending)
-        except Exception as exc:
-            return exc
-        return None
 
-    pool = _threads.get(len(items)) if threads and not faults.active() else None
-    if pool is not None:
-        # One task per thread, each taking every SYNC_THREADS-th publish: as many waits
-        # overlap as with a task per publish, for a few futures instead of one per fsync.
-        todo = [p for _, p in items]
-        parts = [todo[k::SYNC_THREADS] for k in range(min(SYNC_THREADS, len(todo)))]
-        done = list(pool.map(lambda part: [attempt(p) for p in part], parts))
-        errors: list[Exception | None] = [None] * len(todo)
-        for k, outcome in enumerate(done):
-            errors[k::SYNC_THREADS] = outcome
-    else:
-        errors = [attempt(p) for _, p in items]
-    for (index, pending), exc in zip(items, errors, strict=True):
-        if exc is None:
-            continue
-        del live[index]
-        _close_fd(pending)
-        if pending.temp is not None:
-            _remove_quietly(pending.handle, pending.temp)
-        pending.lock.release()
-        results[index] = _as_error(exc, pending.session_dir)
+def _abandon(
+    index: int,
+    error: Exception,
+    live: dict[int, _Pending],
+    results: list[Published | DshForkError | None],
+) -> None:
+    """A publish that failed at a step: its temp removed, its lock released, its error kept."""
+    pending = live.pop(index)
+    _close_fd(pending)
+    if pending.temp is not None:
+        _remove_quietly(pending.handle, pending.temp)
+    pending.lock.release()
+    results[index] = _as_error(exc=error, session_dir=pending.session_dir)
 
 
 def _close_fd(pending: _Pending) -> None:

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 from conftest import frame_count, log_events, log_lines
 
-from dsh_fork import faults
+from dsh_fork import faults, writer
 from dsh_fork import frames as zframes
 from dsh_fork.errors import (
     InternalError,
@@ -27,12 +27,22 @@ from dsh_fork.errors import (
 )
 from dsh_fork.faults import InjectedCrash
 from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
+from dsh_fork.fsdir import DirFd
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, is_temp_name, parse_name
 from dsh_fork.locking import SessionLock, probe
 from dsh_fork.model import Facts
 from dsh_fork.reader import SessionLog, open_log
 from dsh_fork.records import encode_header
-from dsh_fork.writer import Body, NewEvent, append, ensure_session_dir, publish
+from dsh_fork.writer import (
+    Body,
+    Draft,
+    NewEvent,
+    Published,
+    append,
+    ensure_session_dir,
+    open_session_dir,
+    publish,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -638,3 +648,87 @@ def test_a_hard_linked_log_with_a_torn_tail_is_not_repaired_in_place(
     with pytest.raises(IoError, match="hard links"):
         append(session_dir, titles("a"))
     assert backup.read_bytes() == before
+
+
+# -- publishing a batch -----------------------------------------------------------------------
+
+
+def batch_of(root: Path, count: int, *, made: bool) -> list[Draft]:
+    """``count`` drafts in new dirs; with ``made`` each made by ``open_session_dir`` (its
+    dirs left open for the publish, the dir known fresh), else by ``ensure_session_dir``."""
+    drafts = []
+    for k in range(count):
+        body = Body()
+        body.add_lines(body_lines(2 + k))
+        segment = f"new-{k:02d}"
+        if made:
+            dirs, fresh = open_session_dir(root, "--fixture-project--", segment)
+            drafts.append(Draft(dirs.path, header_line(segment), body, dirs=dirs, fresh=fresh))
+        else:
+            drafts.append(Draft(new_dir(root, segment), header_line(segment), body))
+    return drafts
+
+
+@pytest.mark.parametrize("threads", [True, False], ids=["threads", "in-turn"])
+@pytest.mark.parametrize("made", [True, False], ids=["made-dirs", "existing-dirs"])
+def test_a_batch_keeps_each_sessions_outcome(
+    root: Path, monkeypatch: pytest.MonkeyPatch, threads: bool, made: bool
+) -> None:
+    """Ten sessions published as one batch (their fsyncs overlapping on the pool, or in turn):
+    one whose dir already holds a log is refused, one whose temp fsync fails leaves nothing,
+    one whose dir fsync fails is published and says so; the seven others are whole."""
+    drafts = batch_of(root, 10, made=made)
+    (drafts[2].session_dir / CURRENT_NAME).write_bytes(b"someone else's log")
+    plain_fsync, plain_fsync_dir = writer._fsync, writer._fsync_dir_fd
+
+    def failing_fsync(fd: int, path: Path) -> None:
+        if path.parent.name == "new-05":
+            raise OSError(5, "Input/output error")
+        plain_fsync(fd, path)
+
+    def failing_fsync_dir(handle: DirFd) -> None:
+        if handle.path.name == "new-07":
+            raise OSError(5, "Input/output error")
+        plain_fsync_dir(handle)
+
+    monkeypatch.setattr(writer, "_fsync", failing_fsync)
+    monkeypatch.setattr(writer, "_fsync_dir_fd", failing_fsync_dir)
+    if threads:
+        with writer.sync_threads():
+            outcomes = writer.publish_batch(drafts, keep_lock=False)
+    else:
+        outcomes = writer.publish_batch(drafts, keep_lock=False)
+
+    assert isinstance(outcomes[2], SessionAlreadyExists)
+    assert isinstance(outcomes[5], IoError) and not outcomes[5].details.get("published")
+    assert isinstance(outcomes[7], IoError) and outcomes[7].details.get("published")
+    for k, (draft, outcome) in enumerate(zip(drafts, outcomes, strict=True)):
+        names = sorted(os.listdir(draft.session_dir))
+        assert probe(draft.session_dir) == "free", k
+        assert draft.dirs is None, k  # taken over by the publish, closed with its lock
+        if k == 2:
+            assert (draft.session_dir / CURRENT_NAME).read_bytes() == b"someone else's log"
+        elif k == 5:
+            assert names == [LOCK_NAME]
+        else:
+            assert names == sorted([CURRENT_NAME, LOCK_NAME]), k
+            path = draft.session_dir / CURRENT_NAME
+            assert log_lines(path) == [header_line(f"new-{k:02d}")[:-1]] + [
+                line[:-1] for line in body_lines(2 + k)
+            ]
+            if k != 7:
+                assert isinstance(outcome, Published) and outcome.path == path
+
+
+def test_only_a_dir_it_made_is_fresh_and_an_existing_one_is_checked(root: Path) -> None:
+    """``open_session_dir`` says whether it made the dir: only a dir it made (empty, under a
+    new name) skips the publish's listing; one that existed is listed and its session kept."""
+    first, made = open_session_dir(root, "--fixture-project--", "twice")
+    first.close()
+    again, made_again = open_session_dir(root, "--fixture-project--", "twice")
+    assert (made, made_again) == (True, False)
+    (again.path / CURRENT_NAME).write_bytes(b"a log that appeared")
+    draft = Draft(again.path, header_line(), Body(), dirs=again, fresh=made_again)
+    (outcome,) = writer.publish_batch([draft], keep_lock=False)
+    assert isinstance(outcome, SessionAlreadyExists)
+    assert (again.path / CURRENT_NAME).read_bytes() == b"a log that appeared"
