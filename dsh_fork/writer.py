@@ -328,8 +328,11 @@ class _Pending:
         return self.session_dir / CURRENT_NAME
 
 
-SYNC_THREADS = 8
-"""fsyncs in flight at once in a batch: ``os.fsync`` releases the GIL, so the waits overlap."""
+SYNC_THREADS = 16
+"""fsyncs in flight at once in a batch: ``os.fsync`` releases the GIL, so the waits overlap.
+On a disk another process keeps busy, more fsyncs in flight share the journal's commits:
+1,000 copies took 1.6–1.9 s with 32 against 2.3–2.4 s with 8; 16 threads take a batch of
+32 in groups of two, for half the futures of one per fsync."""
 
 
 def publish(
