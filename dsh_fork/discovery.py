@@ -7,6 +7,7 @@ thousand sessions is indexed without decoding any event.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -499,7 +500,9 @@ def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> S
 
 def _odd_generation(dir_text: str) -> SessionEntry | None:
     """A dir whose canonical name is no regular file (a FIFO, a dir, a dangling link) holds a
-    session nobody can read: named, with its error, never taken for an empty dir."""
+    session nobody can read: named, with its error, never taken for an empty dir. A regular
+    file found here was linked after the first listing of the dir (a session being published
+    at that moment): the dir is taken as that listing saw it, empty."""
     try:
         names = sorted(n for n in os.listdir(dir_text) if parse_name(n) is not None)
     except OSError as exc:
@@ -511,6 +514,8 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
         mode = os.lstat(path).st_mode
     except OSError as exc:
         return _unlisted(dir_text, exc)
+    if stat.S_ISREG(mode):
+        return None
     entry = SessionEntry._from_listing(dir_text, [])
     entry.error = not_regular(path, mode)
     return entry

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from conftest import NON_CANONICAL_NAMES
 
+from dsh_fork import discovery, generations
 from dsh_fork.discovery import Root, locate
 from dsh_fork.errors import (
     CorruptLog,
@@ -21,6 +22,7 @@ from dsh_fork.errors import (
     UsageError,
 )
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
+from dsh_fork.generations import Encoding
 from dsh_fork.layout import encode_segment
 from dsh_fork.reader import open_log, read_header
 
@@ -195,6 +197,28 @@ def test_a_body_that_is_corrupt_does_not_break_the_header_listing(root: Path, cl
     [entry] = Root(root).entries()
     assert entry.error is None and entry.header is not None
     assert entry.header.id == "damaged"
+
+
+def test_a_log_linked_between_the_two_listings_of_its_dir_is_no_error(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process publishes a session while the root is listed: the first listing of its
+    dir finds no log, the second finds a regular file. The dir is taken as first seen (not yet
+    a session); it is never named as an unreadable device or socket."""
+    published = child(clock, "late").publish(root)
+    other = child(clock, "other").publish(root)
+    real_scan = generations.scan_names
+
+    def before_the_link(dir_text: str) -> list[tuple[int, Encoding, str]]:
+        return [] if dir_text == str(published) else real_scan(dir_text)
+
+    monkeypatch.setattr(discovery, "scan_names", before_the_link)
+    listing = Root(root)
+    assert [(e.id, e.error) for e in listing.entries()] == [("other", None)]
+    assert listing.unlisted() == []
+    monkeypatch.setattr(discovery, "scan_names", real_scan)
+    assert [e.id for e in Root(root).entries()] == ["late", "other"]
+    assert other.is_dir()
 
 
 def test_children_are_sorted_by_created_at_then_id(root: Path, clock: Clock) -> None:
