@@ -110,7 +110,7 @@ FORK_PROBE = (
 
 @pytest.mark.parametrize(("agents", "imported"), [(0, ""), (2, "concurrent.futures")])
 def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imported: str) -> None:
-    """A two-turn fork checks its few lines without msgspec and decodes without a helper
+    """A two-turn fork checks its few lines without msgspec and decodes without a second
     process; it syncs its one new session without a thread pool, which only a batch of copies
     (its subagents) starts."""
     root = tmp_path / "sessions"

@@ -26,7 +26,7 @@ from dsh_fork.leanlog import ROW_TYPES, Glance
 from dsh_fork.model import derive
 from dsh_fork.reader import open_log
 
-CWD = "/work/lean"
+CWD = "/home/ana/lean"
 
 
 def documents(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
