@@ -67,16 +67,22 @@ def test_app_imported_from_the_entry_module_has_every_command() -> None:
     assert {"doctor", "fixture", "fork", "inspect", "list-agents", "relink"} <= names
 
 
-VERSION_PROBE = (
-    "import sys\n"
-    "from dsh_fork.cli.app import main\n"
-    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
-    "try:\n"
-    "    main()\n"
-    "except SystemExit as exit:\n"
-    "    assert not exit.code, exit.code\n"
-    "print('typer' in sys.modules, file=sys.stderr)\n"
-)
+def probe(report: str) -> str:
+    """A run of the console script's ``main`` that must succeed, then prints ``report`` (an
+    expression over ``sys.modules``) on stderr."""
+    return (
+        "import sys\n"
+        "from dsh_fork.cli.app import main\n"
+        "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        f"print({report}, file=sys.stderr)\n"
+    )
+
+
+VERSION_PROBE = probe("'typer' in sys.modules")
 
 
 @pytest.mark.parametrize(
@@ -95,16 +101,8 @@ def test_the_version_is_the_same_with_or_without_typer(args: list[str], typer_lo
     assert proc.stderr.strip().splitlines()[-1] == str(typer_loaded)
 
 
-FORK_PROBE = (
-    "import sys\n"
-    "from dsh_fork.cli.app import main\n"
-    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
-    "try:\n"
-    "    main()\n"
-    "except SystemExit as exit:\n"
-    "    assert not exit.code, exit.code\n"
-    "heavy = ('msgspec', 'concurrent.futures', 'pickle')\n"
-    "print(' '.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+FORK_PROBE = probe(
+    "' '.join(m for m in ('msgspec', 'concurrent.futures', 'pickle') if m in sys.modules)"
 )
 
 
