@@ -20,10 +20,10 @@ import os
 from dataclasses import dataclass
 
 from . import frames as zframes
-from .envelopes import checked_run
 from .errors import DshForkError
 from .fsdir import open_regular
 from .model import derive
+from .reader import summarizer
 from .records import Event, Header, parse_event
 
 LEAN_MAX_BYTES = 1024 * 1024
@@ -32,6 +32,8 @@ the per-session costs the lean read saves are negligible beside their decoding."
 
 ROW_TYPES = frozenset(("turn/start", "turn/end", "session/title"))
 """The events a row's facts are folded from (``model.Facts``: title, completed turns)."""
+
+_summarize = summarizer(ROW_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +91,13 @@ def _fold(
     collected: list[Event] = []
     seq = 0
     for plaintext in zframes.decode_all(data, scan.frames[1:], 1):
-        if not plaintext or plaintext[-1] != 0x0A:
+        first, count, hits = _summarize(plaintext)  # the full read's own per-frame check
+        if first != seq:
             return None
-        lines = plaintext[:-1].split(b"\n")
-        checked = checked_run(lines, ROW_TYPES)
-        if checked is None or checked[0] != seq:
-            return None
-        for offset in checked[1]:
-            event = parse_event(lines[offset], seq + offset, where=where)
+        for offset, line in hits:
+            event = parse_event(line, seq + offset, where=where)
             if event.type in ROW_TYPES:
                 collected.append(event)
-        seq += len(lines)
+        seq += count
     facts = derive(header, seq, collected)
     return Glance(facts.title, len(facts.turn_ends), mtime_ms)

@@ -617,7 +617,7 @@ when the frame does not hold whole checked lines. Plain values, so that a child 
 compute and send it."""
 
 
-def _summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
+def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
     every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
     check reads each line's type, which picks the lines of the types asked for."""
@@ -648,7 +648,7 @@ def _index_frames(
     frame, a defect) the rest is read in one pass that groups frames into runs and names the
     first defect.
     """
-    summaries = zframes.map_frames(data, frames, _summarizer(wanted), 1)
+    summaries = zframes.map_frames(data, frames, summarizer(wanted), 1)
     chunks: list[Chunk] = []
     collected: list[Event] = []
     seq = 0

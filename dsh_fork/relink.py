@@ -40,7 +40,7 @@ from .errors import (
 from .generations import SUPPORTED_VERSION
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .locking import SessionLock, running
-from .model import Facts, facts_of
+from .model import TURN_TYPES, Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
@@ -78,16 +78,7 @@ _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog", "subagent/des
 """What relink needs of a parent it appends to: cut, catalog, descriptors — never its turns,
 so re-reading a fork child that inherited a huge log parses only a handful of lines."""
 
-_PLAN_TYPES = frozenset(
-    (
-        "turn/start",
-        "turn/end",
-        "session/end-seed",
-        "subagent/catalog",
-        "subagent/descriptor",
-        "agent-preset/selected",
-    )
-)
+_PLAN_TYPES = _APPEND_TYPES | frozenset((*TURN_TYPES, "agent-preset/selected"))
 """What the planner needs of a child: its turns (K, §2.6), cut, catalog, descriptors and
 preset. Every line's envelope is checked whatever is collected; only these are parsed."""
 
