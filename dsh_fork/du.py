@@ -28,9 +28,10 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .collector import paused_gc
 from .discovery import Located, Root
 from .generations import parse_name
-from .lineage import PARENT_MISSING, Lineage, Node, lineage_of, paused_gc
+from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .reader import FramedLog, SessionLog
 from .results import ReadOnly
 

@@ -21,6 +21,7 @@ import orjson
 
 from . import frames as zframes
 from . import parallel
+from .collector import paused_gc
 from .discovery import Located, locate
 from .errors import CorruptLog, Partial, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
@@ -44,7 +45,6 @@ from .validation import (
     binding_problem,
     counts,
     file_findings,
-    paused_gc,
     stale_findings,
     survey_generation,
 )

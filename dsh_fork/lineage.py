@@ -11,15 +11,14 @@ cannot be read is a node of its own.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .collector import paused_gc
 from .discovery import Located, Root, SessionEntry
 from .errors import DshForkError
 from .generations import Generation
@@ -244,31 +243,7 @@ def _edges(nodes: list[Node]) -> list[Edge]:
     return out
 
 
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """The cyclic collector paused while a forest is built, its logs read, its document made.
-
-    A forest of 100,000 sessions is about a million container objects; left running, the
-    collector walks all of them again each time the heap grows by a quarter (about 40 % of
-    ``tree``'s time on such a root). What is built holds no cycle (reference counting frees
-    whatever is dropped) except an unreadable session's error and its traceback, so what is
-    left for the collector is bounded by the number of sessions.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 # -- building the forest --------------------------------------------------------------------
-
-
-def _kind(entry: SessionEntry) -> Kind:
-    return "unreadable" if entry.header is None else header_kind(entry.header)
 
 
 def _node(entry: SessionEntry) -> Node:

@@ -13,14 +13,13 @@ writes them, so the v4 relationship rules do not apply to their stored form.
 
 from __future__ import annotations
 
-import gc
 import os
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Self
 
+from .collector import paused_gc
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
 from .generations import (
     MAX_SAFE_INTEGER,
@@ -152,22 +151,6 @@ TURN_BOUND_TYPES = frozenset(("request/header", "request/context"))
 DELIVERY_TYPE = "session-log-deepseek/delivery-accepted"
 FINDINGS_PER_CODE = 50
 """Findings kept per code and session; the rest are counted in one summary finding."""
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector during a pass that only makes acyclic objects.
-
-    A streaming pass allocates millions of parsed dicts; generation scans over them cost
-    about a tenth of the pass and can free nothing.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True, slots=True)

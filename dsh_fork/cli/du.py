@@ -72,7 +72,7 @@ def du_command(
 
     Example: dsh-fork du --top 5
     """
-    from ..lineage import paused_gc
+    from ..collector import paused_gc
 
     with paused_gc():  # the usage is dropped (on return) before the collector runs again
         _du(session, top, json_mode, root)
