@@ -302,24 +302,25 @@ class Root:
         log is opened twice and no bytes are kept.
         """
         if self._entries is None:
-            found: list[SessionEntry] = []
-            unlisted: list[SessionEntry] = []
+            jobs: list[str | SessionEntry] = []  # dirs to list, in order, or their error
             for project in self.project_dirs():
                 base = str(project)
                 try:
                     names = _subdir_names(project)
                 except OSError as exc:
-                    unlisted.append(_unlisted(base, exc, "project directory"))
+                    jobs.append(_unlisted(base, exc, "project directory"))
                     continue
                 prefix = base if base.endswith(os.sep) else base + os.sep
-                for name in names:
-                    entry = _list_entry(prefix + name, glance)  # str paths: no Path per session
-                    if entry is None:
-                        continue
-                    if not entry._names:  # no generation: named as unreadable
-                        unlisted.append(entry)
-                    else:
-                        found.append(entry)
+                jobs.extend(prefix + name for name in names)  # str paths: no Path per session
+            found: list[SessionEntry] = []
+            unlisted: list[SessionEntry] = []
+            for entry in _list_jobs(jobs, glance):
+                if entry is None:
+                    continue
+                if not entry._names:  # no generation: named as unreadable
+                    unlisted.append(entry)
+                else:
+                    found.append(entry)
             self._entries = found
             self._unlisted = unlisted
         return self._entries
@@ -521,6 +522,84 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
     return entry
 
 
+SPLIT_MIN_DIRS = 1000
+"""Below this many session dirs a listing is not split: a child and its result cost a few ms."""
+SPLIT_SHARE = 0.5
+"""The child's share of the dirs: the parent also unpacks what the child sends (measured on
+100,000 dirs: the parent and the child are done at about the same time from 0.48 to 0.55)."""
+
+_Packed = tuple[str, list[tuple[int, Encoding, str]], bytes, "Glance | None", bool]
+
+
+def _list_jobs(jobs: list[str | SessionEntry], glance: bool) -> list[SessionEntry | None]:
+    """The entry of each job, in order: a dir's listing (``_list_entry``), or the entry of a
+    project dir that could not be listed. A long listing is split with a forked child
+    (``parallel``), which lists and reads the last dirs while this process does the first:
+    the child only reads (never writes, never locks) and its entries are the ones this
+    process would have made, or, if it fails, this process lists its dirs itself."""
+
+    def run(part: list[str | SessionEntry]) -> list[SessionEntry | None]:
+        return [job if isinstance(job, SessionEntry) else _list_entry(job, glance) for job in part]
+
+    if len(jobs) < SPLIT_MIN_DIRS:
+        return run(jobs)
+    from . import parallel
+
+    cut = len(jobs) - int(len(jobs) * SPLIT_SHARE)
+    later = jobs[cut:]
+    child = parallel.start(lambda: [_pack(entry) for entry in run(later)])
+    if child is None:
+        return run(jobs)
+    try:
+        mine = run(jobs[:cut])
+    except BaseException:
+        child.cancel()
+        raise
+    packed = child.result()
+    if not isinstance(packed, list) or len(packed) != len(later):
+        return mine + run(later)
+    return mine + [_unpack(item) for item in packed]
+
+
+def _pack(entry: SessionEntry | None) -> _Packed | SessionEntry | None:
+    """What a listing child sends for an entry: the common one (a listed dir with a header
+    line, nothing else decided yet but a glance) as a tuple of its header line and names,
+    which costs a fraction of the object's pickling; any other entry whole."""
+    if entry is None or not entry._listed or entry._error is not None:
+        return entry
+    if entry._dir is not None or entry._generations is not None or entry._raw_fields is not None:
+        return entry
+    line = entry._line
+    if line is None and entry.glanced and entry._header is not None:
+        line = entry._header.raw  # validated for the fold: validated again on first use here
+    if line is None:
+        return entry
+    return (entry._dir_text, entry._names, line, entry.glance, entry.glanced)
+
+
+def _unpack(item: _Packed | SessionEntry | None) -> SessionEntry | None:
+    """The entry a listing child sent, as ``_list_entry`` made it: its header line parsed
+    here again (the same bytes give the same value) and validated on first use."""
+    if item is None or isinstance(item, SessionEntry):
+        return item
+    dir_text, names, line, glanced_facts, glanced = item
+    entry = SessionEntry._from_listing(dir_text, names)
+    entry._line = line
+    entry._raw = _raw_value(line)
+    entry.glance = glanced_facts
+    entry.glanced = glanced
+    return entry
+
+
+def _raw_value(line: bytes) -> dict[str, object] | None:
+    """The header line as listing parses it (its raw fields), None when it is no object."""
+    try:
+        value, _ = parse_line(line)
+    except LineError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _list_entry(dir_text: str, glance: bool = False) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
     raw header line of the highest one (validated later, on first use). A dir that cannot be
@@ -559,11 +638,7 @@ def _list_entry(dir_text: str, glance: bool = False) -> SessionEntry | None:
         )
         return entry
     entry._line = line
-    try:
-        value, _ = parse_line(line)
-    except LineError:
-        value = None
-    entry._raw = value if isinstance(value, dict) else None
+    entry._raw = _raw_value(line)
     if whole is not None:
         from .leanlog import fold  # only ``list`` folds: other commands never import it
 

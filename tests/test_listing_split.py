@@ -1,0 +1,185 @@
+"""A long listing is split with a forked child: the entries are the ones one process makes.
+
+``Root.entries`` lists the last dirs of a long root in a child process while this process
+lists the first (``discovery._list_jobs``). These tests force that split on small roots and
+hold every entry's answers (paths, names, lineage, header, error, raw fields, a list row's
+facts) against the listing of one process: on every fixture oddity, on hostile dirs (a FIFO
+where the log belongs, a link, a damaged header, a future generation, a dir without a log,
+a file where a dir belongs), on every foreign DSH root, and when the child fails.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FOREIGN, require_foreign
+from lineagekit import generate_oddities
+
+from dsh_fork import discovery, parallel
+from dsh_fork.discovery import Root, SessionEntry
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
+from dsh_fork.generations import CURRENT_NAME, LOCK_NAME
+from dsh_fork.layout import session_dir
+
+
+def view(entry: SessionEntry) -> tuple[Any, ...]:
+    """Everything a command may ask a listed entry."""
+    error = entry.error
+    return (
+        entry.dir_text,
+        entry.log_path,
+        entry.version,
+        sorted(entry.encodings),
+        [(g.version, g.encoding, g.name) for g in entry.generations],
+        entry.id,
+        entry.parent,
+        entry.is_subagent,
+        entry.created_at,
+        entry.header,
+        None if error is None else (type(error), error.message, error.details),
+        entry.raw_fields,
+        entry.glance,
+        entry.glanced,
+    )
+
+
+def listing(root: Path, *, glance: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    listed = Root(root)
+    entries = [view(e) for e in listed.entries(glance=glance)]
+    return entries, [view(e) for e in listed.unlisted()]
+
+
+def split_always(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Split every listing of two dirs or more; the returned list counts the children."""
+    if not parallel.available():
+        pytest.skip("no second core (or not a single-threaded process): no child is forked")
+    started: list[int] = []
+    start = parallel.start
+
+    def counted(work: Callable[[], Any]) -> parallel.Child | None:
+        child = start(work)
+        if child is not None:
+            started.append(1)
+        return child
+
+    monkeypatch.setattr(discovery, "SPLIT_MIN_DIRS", 2)
+    monkeypatch.setattr(parallel, "start", counted)
+    return started
+
+
+def one_process(root: Path, glance: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with monkeypatch.context() as patch:
+        patch.setattr(discovery, "SPLIT_MIN_DIRS", 1 << 60)
+        return listing(root, glance=glance)
+
+
+def hostile(root: Path) -> None:
+    """Dirs a listing must name, not skip, beside plain sessions."""
+    clock = Clock()
+    cwd = "/home/ana/hostile"
+
+    def plain(session_id: str) -> Path:
+        spec = SessionSpec(id=session_id, created_at=clock(), cwd=cwd)
+        spec.turn(clock)
+        spec.flush()
+        where = session_dir(root, spec.id, spec.cwd)
+        write_log_file(where / CURRENT_NAME, spec.header_line(), spec.frame_plaintexts())
+        (where / LOCK_NAME).touch()
+        return where
+
+    for k in range(6):
+        plain(f"session-plain-{k}")
+    fifo = plain("session-fifo")
+    (fifo / CURRENT_NAME).unlink()
+    os.mkfifo(fifo / CURRENT_NAME)
+    linked = plain("session-linked")
+    target = linked.parent / "elsewhere.zstd"
+    (linked / CURRENT_NAME).rename(target)
+    (linked / CURRENT_NAME).symlink_to(target)
+    damaged = plain("session-damaged")
+    (damaged / CURRENT_NAME).write_bytes(b"\x28\xb5\x2f\xfd not a frame")
+    future = plain("session-future")
+    (future / "session.v9.jsonl.zstd").write_bytes((future / CURRENT_NAME).read_bytes())
+    (plain("session-empty") / CURRENT_NAME).unlink()
+    (root / "not-a-project").write_bytes(b"a file where a project dir belongs")
+
+
+@pytest.mark.parametrize("glance", [False, True], ids=["headers", "list rows"])
+def test_a_split_listing_of_every_fixture_oddity_is_the_one_process_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, glance: bool
+) -> None:
+    root = tmp_path / "sessions"
+    generate_oddities(root)
+    hostile(root)
+    expected = one_process(root, glance, monkeypatch)
+    started = split_always(monkeypatch)
+
+    split = listing(root, glance=glance)
+
+    assert started == [1]
+    assert split == expected
+    entries, _ = split
+    assert len(entries) > 40
+    assert any(e[10] is not None for e in entries)  # damaged, FIFO, link, future: named
+    assert glance == any(e[12] is not None for e in entries)
+
+
+def test_a_split_listing_of_every_foreign_root_is_the_one_process_listing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    require_foreign()
+    roots = sorted(p for p in (FOREIGN / "roots").iterdir() if p.is_dir())
+    assert len(roots) > 100
+    expected = {r.name: one_process(r, True, monkeypatch) for r in roots}
+    started = split_always(monkeypatch)
+
+    for root in roots:
+        assert listing(root, glance=True) == expected[root.name], root.name
+    several = [r for r in roots if sum(len(os.listdir(p)) for p in r.iterdir() if p.is_dir()) > 1]
+    assert len(started) == len(several) > 20  # every root of two dirs or more was split
+
+
+def test_when_the_child_fails_this_process_lists_its_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "sessions"
+    hostile(root)
+    expected = one_process(root, False, monkeypatch)
+    started = split_always(monkeypatch)
+
+    def broken(entry: SessionEntry | None) -> object:
+        raise RuntimeError("the child cannot send its entries")  # in the child only
+
+    monkeypatch.setattr(discovery, "_pack", broken)
+
+    assert listing(root, glance=False) == expected
+    assert started == [1]
+
+
+def test_the_child_lists_the_last_dirs_and_sends_common_entries_as_tuples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "sessions"
+    hostile(root)
+    split_always(monkeypatch)
+    sent: list[object] = []
+    unpack = discovery._unpack
+
+    def recorded(item: Any) -> SessionEntry | None:
+        sent.append(item)
+        return unpack(item)
+
+    monkeypatch.setattr(discovery, "_unpack", recorded)
+
+    entries = Root(root).entries()
+
+    dirs = sorted(str(d) for p in root.iterdir() if p.is_dir() for d in p.iterdir() if d.is_dir())
+    assert len(sent) == int(len(dirs) * discovery.SPLIT_SHARE)  # the child's share, no more
+    tuples = [item for item in sent if isinstance(item, tuple)]
+    assert tuples  # the plain sessions, as (dir, names, header line, glance, glanced)
+    assert all(item[0] in dirs[-len(sent) :] for item in tuples)  # from the last dirs
+    assert [e.dir_text for e in entries[-len(tuples) :]] == [item[0] for item in tuples]
