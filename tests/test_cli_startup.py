@@ -12,17 +12,6 @@ import pytest
 from dsh_fork.cli import app as app_module
 from dsh_fork.fixtures import generate
 
-PROBE = (
-    "import sys\n"
-    "from dsh_fork.cli.app import main\n"
-    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
-    "try:\n"
-    "    main()\n"
-    "except SystemExit:\n"
-    "    pass\n"
-    "loaded = sorted(m for m in sys.modules if m.startswith('dsh_fork.cli.'))\n"
-    "print('loaded:', ' '.join(loaded), file=sys.stderr)\n"
-)
 COMMAND_MODULES = {"doctor", "fixture", "fork", "inspect", "list_agents", "relink"}
 
 
@@ -67,22 +56,35 @@ def test_app_imported_from_the_entry_module_has_every_command() -> None:
     assert {"doctor", "fixture", "fork", "inspect", "list-agents", "relink"} <= names
 
 
-def probe(report: str) -> str:
-    """A run of the console script's ``main`` that must succeed, then prints ``report`` (an
-    expression over ``sys.modules``) on stderr."""
+def probe(report: str, *, must_succeed: bool = True) -> str:
+    """A run of the console script's ``main`` (that must succeed, unless told otherwise),
+    then ``report`` (an expression over ``sys.modules``) printed on stderr: when ``main``
+    returns, or when it leaves without teardown after a read-only command (``os._exit``)."""
+    check = "    assert not code, code\n" if must_succeed else ""
     return (
-        "import sys\n"
+        "import os, sys\n"
         "from dsh_fork.cli.app import main\n"
         "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+        "leave = os._exit\n"
+        "def report(code=0):\n"
+        f"    print({report}, file=sys.stderr)\n"
+        f"{check}"
+        "    sys.stderr.flush()\n"
+        "    leave(code)\n"
+        "os._exit = report\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exit:\n"
-        "    assert not exit.code, exit.code\n"
-        f"print({report}, file=sys.stderr)\n"
+        "    report(exit.code or 0)\n"
+        "report()\n"
     )
 
 
 VERSION_PROBE = probe("'typer' in sys.modules")
+PROBE = probe(
+    "'loaded: ' + ' '.join(sorted(m for m in sys.modules if m.startswith('dsh_fork.cli.')))",
+    must_succeed=False,
+)
 
 
 @pytest.mark.parametrize(

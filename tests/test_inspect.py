@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import run_cli
+from test_cli_startup import probe
 
 from dsh_fork import frames as zframes
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
@@ -530,18 +531,11 @@ def test_inspecting_a_small_log_imports_nothing_it_does_not_use(root: Path, cloc
     spec = spec_of("session-small")
     spec.turn(clock)
     spec.publish(root)
-    probe = (
-        "import sys\n"
-        "from dsh_fork.cli.app import main\n"
-        f"sys.argv = ['dsh-fork', '--root', {str(root)!r}, 'inspect', 'session-small']\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as exc:\n"
-        "    assert exc.code in (0, None), exc.code\n"
-        f"loaded = [m for m in {UNNEEDED_AT_START!r} if m in sys.modules]\n"
-        "print('loaded:', loaded, file=sys.stderr)\n"
-    )
+    code = probe(f"'loaded: ' + str([m for m in {UNNEEDED_AT_START!r} if m in sys.modules])")
     proc = subprocess.run(
-        [sys.executable, "-c", probe], check=False, capture_output=True, text=True
+        [sys.executable, "-c", code, "--root", str(root), "inspect", "session-small"],
+        check=False,
+        capture_output=True,
+        text=True,
     )
     assert proc.stderr.strip().splitlines()[-1] == "loaded: []", proc.stderr

@@ -48,7 +48,12 @@ def main() -> None:
 
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
-    base.app(prog_name="dsh-fork")
+    base.hold_results()
+    try:
+        base.app(prog_name="dsh-fork")
+    except SystemExit as exc:
+        base.leave(exc.code)
+        raise
 
 
 def _register_only(args: Sequence[str]) -> bool:

@@ -8,7 +8,9 @@ line. ``Group.main`` catches what happens outside a command: the argument parser
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -98,6 +100,36 @@ class Group(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+_HELD: list[object] | None = None
+"""What read-only commands built, held until the process leaves; None: hold nothing."""
+
+
+def hold_results() -> None:
+    """Called by the console script only (in-process runs, such as tests, hold nothing)."""
+    global _HELD
+    _HELD = []
+
+
+def keep(*values: object) -> None:
+    """Hold what a read-only command built until the process leaves, which then ends without
+    freeing it (``leave``): freeing the 100,000 nodes and entries of a large root's tree
+    takes longer than writing its document."""
+    if _HELD is not None:
+        _HELD.extend(values)
+        gc.freeze()  # what is held is never scanned again: no full collection walks it
+
+
+def leave(code: object) -> None:
+    """End the process now when a command's results are held: the streams flushed, nothing
+    freed. A read-only command has no temp file, lock or thread left to finish by then."""
+    if not _HELD:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed reader: exit 141 was chosen
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def _flush() -> None:
@@ -335,7 +367,9 @@ def _write_json(value: Any) -> None:
         import json
 
         data = json.dumps(value, indent=2, ensure_ascii=True).encode()
-    sys.stdout.buffer.write(data + b"\n")
+    keep(value)  # the document, freed only if the process does not leave at once
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.write(b"\n")  # not ``data + b"\n"``: a large document copied once more
     sys.stdout.flush()
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, keep, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..doctor import DoctorReport
@@ -73,4 +73,5 @@ def doctor_command(
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
     report = run(out, lambda: porcelain.doctor(ctx, sessions or None), where=ctx.root)
+    keep(ctx, report)
     emit(out, report, render)

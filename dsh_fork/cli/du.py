@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, keep, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..du import DiskUsage, Group
@@ -85,4 +85,5 @@ def _du(session: str | None, top: int | None, json_mode: bool, root: str | None)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
     usage = run(out, lambda: porcelain.du(ctx, session, top=top), where=ctx.root)
+    keep(ctx, usage)
     emit(out, usage, _render)

@@ -15,6 +15,7 @@ from .base import (
     app,
     emit,
     iso,
+    keep,
     root_of,
     run,
     session_argument,
@@ -276,4 +277,5 @@ def inspect(
     report = run(
         out, lambda: porcelain.inspect(ctx, session, events=events, turns=turns), where=ctx.root
     )
+    keep(ctx, report)
     emit(out, report, render)

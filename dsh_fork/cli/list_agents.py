@@ -15,6 +15,7 @@ from .base import (
     app,
     emit,
     iso,
+    keep,
     root_of,
     run,
     session_argument,
@@ -132,4 +133,5 @@ def list_agents(
     tree = run(
         out, lambda: porcelain.list_agents(ctx, session, recursive=recursive), where=ctx.root
     )
+    keep(ctx, tree)
     emit(out, tree, _render)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, keep, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..listing import SessionList
@@ -87,4 +87,5 @@ def list_command(
         ),
         where=ctx.root,
     )
+    keep(ctx, listing)
     emit(out, listing, render)

@@ -8,7 +8,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, printable, root_of, run
+from .base import (
+    JSON_HELP,
+    ROOT_HELP,
+    Out,
+    app,
+    emit,
+    family_argument,
+    keep,
+    printable,
+    root_of,
+    run,
+)
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..lineage import Lineage, Node
@@ -101,6 +112,7 @@ def _tree(session: str | None, fmt: Format, json_mode: bool, root: str | None) -
         lambda: porcelain.tree(ctx, session, fmt=fmt.value, as_json=json_mode),
         where=ctx.root,
     )
+    keep(ctx, lineage)
     if fmt is Format.text:
         emit(out, lineage, _render)
         return
