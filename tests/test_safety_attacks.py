@@ -366,14 +366,22 @@ def _limited(megabytes: int) -> Any:
 
 def _peak_rss_mb(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run the CLI in a child limited to 700 MB of address space; its peak RSS."""
-    code = (
-        "import resource, runpy, sys\n"
+    code = (  # the peak is written when main returns or leaves at once (``os._exit``)
+        "import os, resource, runpy, sys\n"
         "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+        "def peak():\n"
+        "    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "    sys.stderr.write(f'PEAK_RSS_KB={kb}\\n')\n"
+        "leave = os._exit\n"
+        "def report(code):\n"
+        "    peak()\n"
+        "    sys.stderr.flush()\n"
+        "    leave(code)\n"
+        "os._exit = report\n"
         "try:\n"
         "    runpy.run_module('dsh_fork', run_name='__main__')\n"
         "finally:\n"
-        "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "    sys.stderr.write(f'PEAK_RSS_KB={peak}\\n')\n"
+        "    peak()\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, *map(str, args)],
