@@ -11,7 +11,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -118,8 +118,10 @@ def split_lines(plaintext: bytes, *, where: str = "log") -> list[bytes]:
 # -- header ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
+    """A validated session header. A named tuple, not a frozen dataclass: every listing that
+    validates headers builds one per session, and a tuple is built in a fifth of the time."""
+
     version: int
     id: str
     created_at: int
