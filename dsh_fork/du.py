@@ -21,7 +21,6 @@ Sizes are apparent sizes (``st_size``), so they add up exactly; the read is read
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -30,7 +29,7 @@ from typing import Any, TypeVar
 
 from .collector import paused_gc
 from .discovery import Located, Root
-from .generations import parse_name
+from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .reader import FramedLog, SessionLog
 from .results import ReadOnly
@@ -136,31 +135,6 @@ class DiskUsage(ReadOnly):
             }
 
 
-def dir_bytes(session_dir: str | os.PathLike[str]) -> tuple[int, int]:
-    """(sizes of the regular files directly in a session dir, size of its chosen log): links
-    and FIFOs are not followed; the chosen log is the highest canonical generation, zstd
-    before plain at one version (format §3.3)."""
-    total = 0
-    best: tuple[int, bool] | None = None
-    log = 0
-    try:
-        with os.scandir(session_dir) as scan:
-            for entry in scan:
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                size = entry.stat(follow_symlinks=False).st_size
-                total += size
-                name = entry.name
-                parsed = parse_name(name) if name.startswith("session.") else None
-                if parsed is not None:
-                    rank = (parsed[0], parsed[1] == "zstd")
-                    if best is None or rank > best:
-                        best, log = rank, size
-    except OSError:
-        return total, log
-    return total, log
-
-
 def inherited_bytes(log: SessionLog, cut: int) -> int:
     """The log bytes of its first ``cut`` events, by the rule in the module docstring."""
     if cut <= 0:
@@ -194,7 +168,8 @@ Measured = dict[str, tuple[int, int]]
 
 
 def _usage(node: Node, family: str, present: set[str], measured: Measured) -> SessionUsage:
-    total, log_bytes = dir_bytes(node.entry.dir_text)  # no Path per session
+    sizes = node.entry.sizes  # measured by the listing of a whole root, on two cores
+    total, log_bytes = dir_bytes(node.entry.dir_text) if sizes is None else sizes
     if node.kind == "fork":
         source_present = node.parent in present and PARENT_MISSING not in node.flags
     elif node.kind == "copy":
@@ -290,5 +265,7 @@ def disk_usage_of(
 ) -> DiskUsage:
     """Measure a whole root, or the family of a located ``session`` (the ``du`` command)."""
     measured: Measured = {}
+    if session is None and isinstance(scope, Root):
+        scope.entries(sizes=True)  # every dir is sized anyway: sized while it is listed
     forest = lineage_of(scope, session=session, detail=False, hook=measure(measured))
     return disk_usage(forest, measured, top=top)

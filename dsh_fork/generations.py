@@ -94,6 +94,31 @@ def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding,
     return found
 
 
+def dir_bytes(session_dir: str | os.PathLike[str]) -> tuple[int, int]:
+    """(sizes of the regular files directly in a session dir, size of its chosen log): links
+    and FIFOs are not followed; the chosen log is the highest canonical generation, zstd
+    before plain at one version (format §3.3)."""
+    total = 0
+    best: tuple[int, bool] | None = None
+    log = 0
+    try:
+        with os.scandir(session_dir) as scan:
+            for entry in scan:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+                total += size
+                name = entry.name
+                parsed = parse_name(name) if name.startswith("session.") else None
+                if parsed is not None:
+                    rank = (parsed[0], parsed[1] == "zstd")
+                    if best is None or rank > best:
+                        best, log = rank, size
+    except OSError:
+        return total, log
+    return total, log
+
+
 def list_generations(session_dir: Path) -> list[Generation]:
     """Every canonical generation file of a dir, lowest version first."""
     return [Generation(session_dir / name, v, e) for v, e, name in scan_names(session_dir)]

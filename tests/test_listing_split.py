@@ -22,7 +22,7 @@ from lineagekit import generate_oddities
 from dsh_fork import discovery, parallel
 from dsh_fork.discovery import Root, SessionEntry
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
-from dsh_fork.generations import CURRENT_NAME, LOCK_NAME
+from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, dir_bytes
 from dsh_fork.layout import session_dir
 
 
@@ -44,12 +44,15 @@ def view(entry: SessionEntry) -> tuple[Any, ...]:
         entry.raw_fields,
         entry.glance,
         entry.glanced,
+        entry.sizes,
     )
 
 
-def listing(root: Path, *, glance: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def listing(
+    root: Path, *, glance: bool, sizes: bool = False
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     listed = Root(root)
-    entries = [view(e) for e in listed.entries(glance=glance)]
+    entries = [view(e) for e in listed.entries(glance=glance, sizes=sizes)]
     return entries, [view(e) for e in listed.unlisted()]
 
 
@@ -71,10 +74,12 @@ def split_always(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return started
 
 
-def one_process(root: Path, glance: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
+def one_process(
+    root: Path, glance: bool, monkeypatch: pytest.MonkeyPatch, sizes: bool = False
+) -> Any:
     with monkeypatch.context() as patch:
         patch.setattr(discovery, "SPLIT_MIN_DIRS", 1 << 60)
-        return listing(root, glance=glance)
+        return listing(root, glance=glance, sizes=sizes)
 
 
 def hostile(root: Path) -> None:
@@ -108,17 +113,21 @@ def hostile(root: Path) -> None:
     (root / "not-a-project").write_bytes(b"a file where a project dir belongs")
 
 
-@pytest.mark.parametrize("glance", [False, True], ids=["headers", "list rows"])
+@pytest.mark.parametrize(
+    ("glance", "sizes"),
+    [(False, False), (True, False), (False, True)],
+    ids=["headers", "list rows", "du sizes"],
+)
 def test_a_split_listing_of_every_fixture_oddity_is_the_one_process_listing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, glance: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, glance: bool, sizes: bool
 ) -> None:
     root = tmp_path / "sessions"
     generate_oddities(root)
     hostile(root)
-    expected = one_process(root, glance, monkeypatch)
+    expected = one_process(root, glance, monkeypatch, sizes)
     started = split_always(monkeypatch)
 
-    split = listing(root, glance=glance)
+    split = listing(root, glance=glance, sizes=sizes)
 
     assert started == [1]
     assert split == expected
@@ -126,6 +135,9 @@ def test_a_split_listing_of_every_fixture_oddity_is_the_one_process_listing(
     assert len(entries) > 40
     assert any(e[10] is not None for e in entries)  # damaged, FIFO, link, future: named
     assert glance == any(e[12] is not None for e in entries)
+    assert sizes == all(e[14] is not None for e in entries)
+    if sizes:  # what du would measure itself
+        assert all(e[14] == dir_bytes(e[0]) for e in entries)
 
 
 def test_a_split_listing_of_every_foreign_root_is_the_one_process_listing(
