@@ -73,6 +73,8 @@ class Node:
     created_at: int | None
     is_seeded: bool
     entry: SessionEntry = field(repr=False)
+    version: int | None = None
+    """The chosen generation's version, read from the entry while it is at hand."""
     cut: int | None = None
     cut_turn: int | None = None
     turns: int | None = None
@@ -104,62 +106,30 @@ class Node:
         return None if self.cut is None or self.cut < 1 else self.cut - 1
 
     def to_json(self) -> dict[str, Any]:
-        out = _NODE_JSON.copy()  # every key in order, None until set: most nodes set few
-        out["id"] = self.id
-        out["path"] = self.path
-        out["kind"] = self.kind
-        if self.parent is not None:
-            out["parentSession"] = self.parent
-        out["createdAt"] = self.created_at
-        out["isSeeded"] = self.is_seeded
-        out["version"] = self.entry.version  # the chosen generation's, without building it
+        """Every key, in the order of ``schemas/tree.schema.json``, null when unset: one dict
+        display (a root of 100,000 sessions has as many nodes)."""
         cut = self.cut
-        if cut is not None:
-            out["cut"] = cut
-            if cut >= 1:
-                out["forkedAt"] = cut - 1
-        if self.cut_turn is not None:
-            out["cutTurn"] = self.cut_turn
-        if self.turns is not None:
-            out["turns"] = self.turns
-        if self.open_turn is not None:
-            out["openTurn"] = self.open_turn
-        if self.title is not None:
-            out["title"] = self.title
-        if self.label is not None:
-            out["label"] = self.label
-        if self.copy_of is not None:
-            out["copyOf"] = self.copy_of
-        if self.error is not None:
-            out["error"] = self.error
-        out["flags"] = self.flags
-        out["children"] = [child.path for child in self.children] if self.children else []
-        return out
-
-
-_NODE_JSON: dict[str, Any] = dict.fromkeys(
-    (
-        "id",
-        "path",
-        "kind",
-        "parentSession",
-        "createdAt",
-        "isSeeded",
-        "version",
-        "cut",
-        "forkedAt",
-        "cutTurn",
-        "turns",
-        "openTurn",
-        "title",
-        "label",
-        "copyOf",
-        "error",
-        "flags",
-        "children",
-    )
-)
-"""The keys of a node's JSON object, in their order (``schemas/tree.schema.json``)."""
+        children = self.children
+        return {
+            "id": self.id,
+            "path": self.path,
+            "kind": self.kind,
+            "parentSession": self.parent,
+            "createdAt": self.created_at,
+            "isSeeded": self.is_seeded,
+            "version": self.version,
+            "cut": cut,
+            "forkedAt": cut - 1 if cut is not None and cut >= 1 else None,
+            "cutTurn": self.cut_turn,
+            "turns": self.turns,
+            "openTurn": self.open_turn,
+            "title": self.title,
+            "label": self.label,
+            "copyOf": self.copy_of,
+            "error": self.error,
+            "flags": self.flags,
+            "children": [child.path for child in children] if children else [],
+        }
 
 
 @dataclass(frozen=True)
@@ -260,6 +230,7 @@ def _node(entry: SessionEntry) -> Node:
             header.created_at,
             header.is_seeded,
             entry,
+            entry.version,  # the chosen generation's, without building it
         )
     error = entry.error
     created_at = entry.created_at
@@ -271,6 +242,7 @@ def _node(entry: SessionEntry) -> Node:
         created_at=created_at or None,
         is_seeded=False,
         entry=entry,
+        version=entry.version,
         error=error.message if error is not None else "unreadable header",
         flags=["unreadable"],
     )
