@@ -403,8 +403,16 @@ class Root:
         return sorted(kids, key=_order)
 
     def forks_of(self, parent_id: str) -> list[SessionEntry]:
-        kids = [e for e in self._index().get(parent_id, []) if e.header and e.header.is_fork_child]
+        kids = [e for e in self._index().get(parent_id, []) if _is_fork_child(e)]
         return sorted(kids, key=_order)
+
+    def counts_of(self, parent_id: str) -> tuple[int, int]:
+        """(``len(forks_of)``, ``len(children_of)``) without building or sorting either list:
+        a listing asks it of every session, and most have neither."""
+        kids = self._index().get(parent_id)
+        if not kids:
+            return 0, 0
+        return sum(map(_is_fork_child, kids)), sum(e.is_subagent for e in kids)
 
     def unlisted(self) -> list[SessionEntry]:
         """Dirs of the root that cannot be listed (a project dir or a session dir: EACCES,
@@ -464,6 +472,11 @@ class Root:
         self._unlisted = []
         self._children = None
         self._by_id = None
+
+
+def _is_fork_child(entry: SessionEntry) -> bool:
+    header = entry.header
+    return header is not None and header.is_fork_child
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

@@ -17,7 +17,7 @@ verdict and names the defect; so a row never differs from the full read's
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import frames as zframes
 from .errors import DshForkError
@@ -36,8 +36,10 @@ ROW_TYPES = frozenset(("turn/start", "turn/end", "session/title"))
 _summarize = summarizer(ROW_TYPES)
 
 
-@dataclass(frozen=True, slots=True)
-class Glance:
+class Glance(NamedTuple):
+    """A list row's facts of a log. A named tuple: a listing's child sends one per session,
+    and a tuple is unpickled without the per-object field walk of a frozen dataclass."""
+
     title: str | None
     turns: int
     mtime_ms: int

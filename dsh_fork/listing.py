@@ -170,8 +170,7 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | N
         last_activity=0 if last is None else last,
     )
     if listed_id is not None:
-        row.forks = len(root.forks_of(listed_id))
-        row.agents = len(root.children_of(listed_id))
+        row.forks, row.agents = root.counts_of(listed_id)
     error = entry.error
     path = entry.log_path
     if error is None and path is not None and header is not None:

@@ -10,6 +10,11 @@ _FAST_END = 253_402_300_800
 ``datetime`` does (four-digit years), at half the cost; a listing formats two per row."""
 
 
+_DATES: dict[int, str] = {}
+"""The date part per day since 1970: the rows of a listing share few days."""
+_DATES_KEPT = 4096
+
+
 def iso_ms(ms: int | None) -> str | None:
     """``2026-01-02T03:04:05.678Z`` for epoch ms (the form of JavaScript's toISOString and of
     the operation log); None for None or a time no calendar holds."""
@@ -17,11 +22,16 @@ def iso_ms(ms: int | None) -> str | None:
         return None
     seconds = ms // 1000
     if 0 <= seconds < _FAST_END:
-        t = gmtime(seconds)
-        return (
-            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
-            f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ms % 1000:03d}Z"
-        )
+        day, second = divmod(seconds, 86_400)
+        date = _DATES.get(day)
+        if date is None:
+            if len(_DATES) >= _DATES_KEPT:
+                _DATES.clear()
+            t = gmtime(day * 86_400)
+            date = _DATES[day] = f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        minutes, second = divmod(second, 60)
+        hour, minute = divmod(minutes, 60)
+        return f"{date}{hour:02d}:{minute:02d}:{second:02d}.{ms % 1000:03d}Z"
     try:
         moment = datetime.fromtimestamp(seconds, tz=UTC)
     except (OverflowError, OSError, ValueError):

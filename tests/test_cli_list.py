@@ -243,8 +243,10 @@ def test_a_session_whose_header_cannot_be_read_has_no_kind(family: Path) -> None
 
 
 def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
-    """``iso_ms`` formats 1970..9999 through ``time.gmtime`` (a list formats two per row): the
-    same text as ``datetime`` on both sides of every edge, None where no calendar holds."""
+    """``iso_ms`` formats 1970..9999 from a date kept per day (a list formats two per row):
+    the same text as ``datetime`` on both sides of every edge and at 20,000 random times
+    (more days than the cache keeps), None where no calendar holds."""
+    import random
     from datetime import UTC, datetime
 
     from dsh_fork.times import iso_ms
@@ -260,6 +262,8 @@ def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
     edges = [0, 1, 999, 1000, -1, -1000, -1001, end - 1, end, end + 1, 1 << 62, -(1 << 62)]
     edges += [1_767_225_600_000 + k * 86_399_999 for k in range(-400, 400)]
     edges += [951_782_400_000 + k for k in (-1, 0, 86_400_000)]  # 2000-02-29
+    draw = random.Random(7)
+    edges += [draw.randrange(0, end) for _ in range(20_000)]
     for ms in edges:
         assert iso_ms(ms) == reference(ms), ms
     assert iso_ms(None) is None
