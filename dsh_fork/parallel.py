@@ -1,11 +1,13 @@
 """A second core for the large reads: half of a pass computed by a forked child process.
 
-Decoding and parsing a 100 MB log is CPU work under the interpreter lock, so threads do not
-help; a child forked from this process shares the log's bytes (copy-on-write) and computes its
-half while this process computes the other. The child only reads memory and sends one pickled
-result through a pipe; it never touches a file, a lock or the terminal, and leaves with
-``os._exit``. A caller always has a fallback: when no child can be started, or its result does
-not arrive, it computes that half itself, so results never depend on the split.
+Decoding and parsing a 100 MB log, or listing a root of 100,000 sessions, is CPU work under
+the interpreter lock, so threads do not help; a child forked from this process shares its
+memory (copy-on-write) and computes its half while this process computes the other. The child
+only reads (the log's bytes in memory, or the session dirs of its half of a listing) and
+sends one pickled result through a pipe; it never writes a file, takes a lock or touches the
+terminal, and leaves with ``os._exit``. A caller always has a fallback: when no child can be
+started, or its result does not arrive, it computes that half itself, so results never depend
+on the split.
 """
 
 from __future__ import annotations
