@@ -275,6 +275,8 @@ class Root:
     _entries: list[SessionEntry] | None = field(default=None, repr=False)
     _children: dict[str, list[SessionEntry]] | None = field(default=None, repr=False)
     _by_id: dict[str, SessionEntry] | None = field(default=None, repr=False)
+    _suffixes: set[str] | None = field(default=None, repr=False)
+    """The encodings of the listed entries, kept with them (relink asks once per fork child)."""
     _unlisted: list[SessionEntry] = field(default_factory=list, repr=False)
 
     # -- walking ----------------------------------------------------------------------------
@@ -290,13 +292,29 @@ class Root:
         return [Path(e.path) for e in entries if _is_dir(e)]
 
     def candidate_dirs(self) -> Iterator[Path]:
+        for text in self.candidate_texts():
+            yield Path(text)
+
+    def candidate_texts(self) -> Iterator[str]:
+        """``candidate_dirs`` as text, the form of ``SessionEntry.dir_text``: a run that looks
+        for dirs it has not listed yet (relink, once per fork child) builds no Path per dir."""
+        for job in self._walk():
+            if isinstance(job, str):
+                yield job
+
+    def _walk(self) -> Iterator[str | SessionEntry]:
+        """Every candidate session dir (``<project dir>/<dir>``, as text), in order, and in
+        place of a project dir that cannot be listed an entry naming it with its error."""
         for project in self.project_dirs():
+            base = str(project)
             try:
                 names = _subdir_names(project)
-            except OSError:
+            except OSError as exc:
+                yield _unlisted(base, exc, "project directory")
                 continue
+            prefix = base if base.endswith(os.sep) else base + os.sep
             for name in names:
-                yield project / name
+                yield prefix + name  # str paths: no Path per session
 
     def entries(self, *, glance: bool = False, sizes: bool = False) -> list[SessionEntry]:
         """Every session of the root with its header (or the error reading it); cached.
@@ -308,16 +326,7 @@ class Root:
         each dir is also sized (``SessionEntry.sizes``) where it is listed.
         """
         if self._entries is None:
-            jobs: list[str | SessionEntry] = []  # dirs to list, in order, or their error
-            for project in self.project_dirs():
-                base = str(project)
-                try:
-                    names = _subdir_names(project)
-                except OSError as exc:
-                    jobs.append(_unlisted(base, exc, "project directory"))
-                    continue
-                prefix = base if base.endswith(os.sep) else base + os.sep
-                jobs.extend(prefix + name for name in names)  # str paths: no Path per session
+            jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
             found: list[SessionEntry] = []
             unlisted: list[SessionEntry] = []
             for entry in _list_jobs(jobs, glance, sizes):
@@ -335,8 +344,11 @@ class Root:
         """The set of suffixes of every canonical generation in the root (format §4)."""
         seen: set[str] = set()
         if self._entries is not None:  # the listing already walked every session dir
-            for entry in self._entries:
-                seen.update(entry.encodings)
+            if self._suffixes is None:
+                self._suffixes = set()
+                for entry in self._entries:
+                    self._suffixes.update(entry.encodings)
+            seen.update(self._suffixes)
             if len(seen) == 2:
                 return "mixed"
         for session_dir in () if self._entries is not None else self.candidate_dirs():
@@ -461,6 +473,8 @@ class Root:
         entry = SessionEntry(session_dir, generations)
         entry.header = header if header is not None else read_header(generations[-1])
         self._entries.append(entry)
+        if self._suffixes is not None:
+            self._suffixes.update(entry.encodings)
         if self._children is not None and entry.parent is not None:
             self._children.setdefault(entry.parent, []).append(entry)
         if self._by_id is not None and entry.id is not None:
@@ -472,6 +486,7 @@ class Root:
         self._unlisted = []
         self._children = None
         self._by_id = None
+        self._suffixes = None
 
 
 def _is_fork_child(entry: SessionEntry) -> bool:

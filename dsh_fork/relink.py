@@ -903,8 +903,8 @@ class _Walker:
         under the fork child's lock) and the copies this walk drafted, not a look into every
         project dir per copy."""
         if self._listed is None:
-            self._listed = {e.session_dir.name for e in self.root.entries()}
-            self._listed.update(e.session_dir.name for e in self.root.unlisted())
+            self._listed = {os.path.basename(e.dir_text) for e in self.root.entries()}
+            self._listed.update(os.path.basename(e.dir_text) for e in self.root.unlisted())
         segment = layout.encode_segment(session_id)
         return segment in self._listed or segment in self._names
 
@@ -1046,10 +1046,11 @@ def _refresh(root: Root) -> list[Path]:
     before the lock (two runs at once never both copy one child). Only dirs the listing does
     not know are read, so a ``relink --all`` over many fork children stays cheap.
     """
-    known = {entry.session_dir for entry in root.entries()}
+    known = {entry.dir_text for entry in root.entries()}  # text: no Path hashed per dir
     left: list[Path] = []
-    for session_dir in root.candidate_dirs():
-        if session_dir not in known:
+    for text in root.candidate_texts():
+        if text not in known:
+            session_dir = Path(text)
             entry = None
             with contextlib.suppress(DshForkError, OSError):
                 entry = root.register(session_dir)
@@ -1066,7 +1067,7 @@ def unreadable_sessions(
     With ``fork_children`` also the fork children whose header is refused (relink --all).
     ``unlisted``: the dirs ``_refresh`` left unlisted, so the root is not walked again."""
     items: list[dict[str, Any]] = []
-    known = {entry.session_dir for entry in root.entries()}
+    known = {entry.dir_text for entry in root.entries()}
     for entry in root.unreadable():
         raw = entry.raw_fields
         fork_like = raw is not None and raw.get("parentSession") is not None
@@ -1081,7 +1082,7 @@ def unreadable_sessions(
                 }
             )
     for session_dir in root.candidate_dirs() if unlisted is None else unlisted:
-        if session_dir in known:
+        if str(session_dir) in known:
             continue
         try:
             os.listdir(session_dir)
@@ -1360,9 +1361,9 @@ def sweep_abandoned(
     its link and its temp removal). writer.sweep_own_temps says what is removed.
     ``unlisted``: the dirs the run's ``_refresh`` left unlisted (no walk of the root);
     ``clean``: dirs of copies the run published and removed the temp of (not listed again)."""
-    known = {entry.session_dir for entry in root.entries()}
+    known = {entry.dir_text for entry in root.entries()}
     candidates = root.candidate_dirs() if unlisted is None else unlisted
-    dirs = [d for d in candidates if d not in known]
+    dirs = [d for d in candidates if str(d) not in known]
     seen: set[str] = set()
     todo = list(fork_children)
     while todo:
