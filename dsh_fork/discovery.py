@@ -295,6 +295,11 @@ class Root:
         for text in self.candidate_texts():
             yield Path(text)
 
+    def listed_texts(self) -> set[str]:
+        """The dirs of the listed sessions as text (``SessionEntry.dir_text``): what a run
+        compares ``candidate_texts`` with to find the dirs the listing does not know."""
+        return {entry.dir_text for entry in self.entries()}
+
     def candidate_texts(self) -> Iterator[str]:
         """``candidate_dirs`` as text, the form of ``SessionEntry.dir_text``: a run that looks
         for dirs it has not listed yet (relink, once per fork child) builds no Path per dir."""

@@ -1046,7 +1046,7 @@ def _refresh(root: Root) -> list[Path]:
     before the lock (two runs at once never both copy one child). Only dirs the listing does
     not know are read, so a ``relink --all`` over many fork children stays cheap.
     """
-    known = {entry.dir_text for entry in root.entries()}  # text: no Path hashed per dir
+    known = root.listed_texts()  # text: no Path hashed per dir
     left: list[Path] = []
     for text in root.candidate_texts():
         if text not in known:
@@ -1067,7 +1067,7 @@ def unreadable_sessions(
     With ``fork_children`` also the fork children whose header is refused (relink --all).
     ``unlisted``: the dirs ``_refresh`` left unlisted, so the root is not walked again."""
     items: list[dict[str, Any]] = []
-    known = {entry.dir_text for entry in root.entries()}
+    known = root.listed_texts()
     for entry in root.unreadable():
         raw = entry.raw_fields
         fork_like = raw is not None and raw.get("parentSession") is not None
@@ -1361,7 +1361,7 @@ def sweep_abandoned(
     its link and its temp removal). writer.sweep_own_temps says what is removed.
     ``unlisted``: the dirs the run's ``_refresh`` left unlisted (no walk of the root);
     ``clean``: dirs of copies the run published and removed the temp of (not listed again)."""
-    known = {entry.dir_text for entry in root.entries()}
+    known = root.listed_texts()
     candidates = root.candidate_dirs() if unlisted is None else unlisted
     dirs = [d for d in candidates if str(d) not in known]
     seen: set[str] = set()

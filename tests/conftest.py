@@ -61,6 +61,14 @@ def require_foreign() -> None:
     pytest.skip(message, allow_module_level=True)
 
 
+def every_foreign_root() -> list[Path]:
+    """Every foreign root dir, sorted (after ``require_foreign``): more than a hundred."""
+    require_foreign()
+    roots = sorted(p for p in (FOREIGN / "roots").iterdir() if p.is_dir())
+    assert len(roots) > 100
+    return roots
+
+
 @pytest.fixture(autouse=True)
 def _no_dsh_home(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may reach the developer's own DSH home: DSH_HOME is unset unless a test sets it

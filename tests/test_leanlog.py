@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FOREIGN, require_foreign
+from conftest import every_foreign_root
 from lineagekit import generate_oddities
 
 from dsh_fork import frames as zframes
@@ -58,9 +58,7 @@ def test_list_reads_every_fixture_oddity_as_the_full_read_does(
 def test_list_reads_every_foreign_root_as_the_full_read_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    require_foreign()
-    roots = sorted(p for p in (FOREIGN / "roots").iterdir() if p.is_dir())
-    assert len(roots) > 100
+    roots = every_foreign_root()
     for root in roots:
         lean, full = documents(root, monkeypatch)
         assert lean == full, root.name

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FOREIGN, require_foreign
+from conftest import every_foreign_root
 from lineagekit import generate_oddities
 
 from dsh_fork import discovery, parallel
@@ -143,9 +143,7 @@ def test_a_split_listing_of_every_fixture_oddity_is_the_one_process_listing(
 def test_a_split_listing_of_every_foreign_root_is_the_one_process_listing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    require_foreign()
-    roots = sorted(p for p in (FOREIGN / "roots").iterdir() if p.is_dir())
-    assert len(roots) > 100
+    roots = every_foreign_root()
     expected = {r.name: one_process(r, True, monkeypatch) for r in roots}
     started = split_always(monkeypatch)
 
