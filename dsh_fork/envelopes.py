@@ -18,9 +18,8 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Annotated, Protocol, cast
 
-from .errors import CorruptLog
 from .generations import MAX_SAFE_INTEGER
-from .records import dense_run, parse_event
+from .records import dense_run
 
 FAST_MIN_LINES = 32
 """Frames of fewer lines take the orjson form: it is as quick on a few lines, and a short
@@ -89,14 +88,10 @@ def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[i
                 if wanted.isdisjoint(map(_type, envelopes)):
                     return first, []
                 return first, [k for k, e in enumerate(envelopes) if e.type in wanted]
-    first_seq = dense_run(lines)
-    if first_seq is None:
+    # The slow path (lenient lines): each line's type as parse_event reads it, from the one
+    # parse that checks it.
+    checked = dense_run(lines)
+    if checked is None:
         return None
-    # The slow path (lenient lines): each line's type as parse_event reads it. A line that
-    # parse_event refuses after all (nesting at the recursion limit, met a few calls deeper)
-    # refuses the frame: the reader's full pass then names it.
-    try:
-        types = [parse_event(line, None).type for line in lines]
-    except CorruptLog:
-        return None
+    first_seq, types = checked
     return first_seq, [k for k, name in enumerate(types) if name in wanted]

@@ -357,37 +357,48 @@ def event_of(
     return Event(seq, event_type, time, value.get("data", MISSING), value, line, lenient)
 
 
-def dense_run(lines: list[bytes]) -> int | None:
-    """The first seq of ``lines`` when each is an event envelope ``parse_event`` accepts and
-    their seqs are dense; None when one is not (``parse_event`` then names the defect).
+def dense_run(lines: list[bytes]) -> tuple[int, list[str]] | None:
+    """(first seq, each line's type) when each of ``lines`` is an event envelope
+    ``parse_event`` accepts and their seqs are dense; None when one is not (``parse_event``
+    then names the defect).
 
     The check every copied line passes (a fork copies frames it never parses into events): a
     raw NUL, a non-object, a missing type or a seq out of order is refused, as DSH refuses it.
+    One parse per line gives both the verdict and the type: a strict line's value is the one
+    ``parse_event`` would build; a lenient line (rare) goes through ``parse_event`` itself.
     """
     loads = orjson.loads
     first = -1
+    types: list[str] = []
+    append = types.append
     for k, line in enumerate(lines):
         try:
             value = loads(line)
         except orjson.JSONDecodeError:
             try:
-                value, _ = parse_line(line)
-            except LineError:
+                event = parse_event(line, None)
+            except CorruptLog:
                 return None
-        if type(value) is not dict or type(value.get("type")) is not str:
-            return None
-        seq = value.get("seq")
-        if type(seq) is not int:
-            seq = nonneg_int(seq)
-            if seq is None:
+            seq, event_type = event.seq, event.type
+        else:
+            if type(value) is not dict:
                 return None
+            event_type = value.get("type")
+            if type(event_type) is not str:
+                return None
+            seq = value.get("seq")
+            if type(seq) is not int:
+                seq = nonneg_int(seq)
+                if seq is None:
+                    return None
         if k == 0:
             if seq < 0:
                 return None
             first = seq
         elif seq != first + k:
             return None
-    return first
+        append(event_type)
+    return first, types
 
 
 def _label(expected_seq: int | None) -> int | str:
