@@ -383,14 +383,15 @@ def dense_run(lines: list[bytes]) -> tuple[int, list[str]] | None:
         else:
             if type(value) is not dict:
                 return None
-            event_type = value.get("type")
-            if type(event_type) is not str:
+            raw_type = value.get("type")
+            if type(raw_type) is not str:
                 return None
-            seq = value.get("seq")
-            if type(seq) is not int:
-                seq = nonneg_int(seq)
-                if seq is None:
-                    return None
+            event_type = raw_type
+            raw_seq = value.get("seq")
+            checked = raw_seq if type(raw_seq) is int else nonneg_int(raw_seq)
+            if checked is None:
+                return None
+            seq = checked
         if k == 0:
             if seq < 0:
                 return None
