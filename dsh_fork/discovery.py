@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from .collector import paused_gc
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
 from .frames import first_line
 from .fsdir import not_regular, open_regular
@@ -24,6 +25,7 @@ from .generations import (
     list_generations,
     parse_name,
     scan_names,
+    scan_sized,
     select,
 )
 from .layout import decode_segment, encode_segment, expand_home, resolve_root
@@ -334,7 +336,9 @@ class Root:
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
             found: list[SessionEntry] = []
             unlisted: list[SessionEntry] = []
-            for entry in _list_jobs(jobs, glance, sizes):
+            with paused_gc():  # entries and headers: no cycle for the collector to walk
+                listed = _list_jobs(jobs, glance, sizes)
+            for entry in listed:
                 if entry is None:
                     continue
                 if not entry._names:  # no generation: named as unreadable
@@ -582,10 +586,12 @@ def _list_jobs(
     process would have made, or, if it fails, this process lists its dirs itself."""
 
     def run(part: list[str | SessionEntry]) -> list[SessionEntry | None]:
-        entries = [e if isinstance(e, SessionEntry) else _list_entry(e, glance) for e in part]
+        entries = [
+            e if isinstance(e, SessionEntry) else _list_entry(e, glance, sizes) for e in part
+        ]
         if sizes:
             for entry in entries:
-                if entry is not None:
+                if entry is not None and entry.sizes is None:  # not listed: sized alone
                     entry.sizes = dir_bytes(entry.dir_text)
         return entries
 
@@ -649,17 +655,23 @@ def _raw_value(line: bytes) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _list_entry(dir_text: str, glance: bool = False) -> SessionEntry | None:
+def _list_entry(dir_text: str, glance: bool = False, sizes: bool = False) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
-    raw header line of the highest one (validated later, on first use). A dir that cannot be
-    listed, or whose log cannot be opened, is an entry with its error."""
+    raw header line of the highest one (validated later, on first use), and with ``sizes``
+    its sizes from the same listing. A dir that cannot be listed, or whose log cannot be
+    opened, is an entry with its error."""
+    sized: tuple[int, int] | None = None
     try:
-        names = scan_names(dir_text)
+        if sizes:
+            names, sized = scan_sized(dir_text)
+        else:
+            names = scan_names(dir_text)
     except OSError as exc:
         return _unlisted(dir_text, exc)
     if not names:
         return _odd_generation(dir_text)
     entry = SessionEntry._from_listing(dir_text, names)
+    entry.sizes = sized
     version, encoding, name = names[-1]
     whole: bytes | None = None
     mtime_ms = 0

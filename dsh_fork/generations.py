@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -61,8 +62,15 @@ def is_temp_name(name: str) -> bool:
     return _TEMP.fullmatch(name) is not None
 
 
-def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding, str]]:
-    """(version, encoding, name) of every canonical generation file of a dir, lowest first.
+Names = list[tuple[int, Encoding, str]]
+"""(version, encoding, name) of the canonical generation files of a dir, lowest first."""
+
+Sizes = tuple[int, int]
+"""(sizes of the regular files directly in a session dir, size of its chosen log)."""
+
+
+def scan_names(session_dir: str | os.PathLike[str]) -> Names:
+    """The canonical generation files of a dir, lowest first.
 
     A missing dir has none; one that cannot be listed (permissions, I/O) raises its OSError,
     so no caller mistakes an unreadable session for an absent one.
@@ -70,7 +78,32 @@ def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding,
     Called once per session dir when a root is listed, so it stays lean: a prefix test before
     the name pattern, and no path objects.
     """
-    found: list[tuple[int, Encoding, str]] = []
+    return _scan_dir(session_dir, None)
+
+
+def scan_sized(session_dir: str | os.PathLike[str]) -> tuple[Names, Sizes]:
+    """``scan_names`` and ``dir_bytes`` of a dir from one listing of it (``du`` of a root)."""
+    sizes = [0, 0]
+    names = _scan_dir(session_dir, sizes)
+    return names, (sizes[0], sizes[1])
+
+
+def dir_bytes(session_dir: str | os.PathLike[str]) -> Sizes:
+    """(sizes of the regular files directly in a session dir, size of its chosen log): links
+    and FIFOs are not followed; the chosen log is the highest canonical generation, zstd
+    before plain at one version (format §3.3). A dir that cannot be listed, or a file that
+    cannot be measured, ends the sum there."""
+    sizes = [0, 0]
+    with contextlib.suppress(OSError):
+        _scan_dir(session_dir, sizes)
+    return sizes[0], sizes[1]
+
+
+def _scan_dir(session_dir: str | os.PathLike[str], sizes: list[int] | None) -> Names:
+    """The generation names of a dir and, when ``sizes`` is given, its sizes summed into it
+    (``[total, chosen log]``): one ``scandir`` answers both."""
+    found: Names = []
+    best: tuple[int, bool] | None = None
     try:
         scan = os.scandir(session_dir)
     except (FileNotFoundError, NotADirectoryError):
@@ -78,9 +111,20 @@ def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding,
     with scan:
         for entry in scan:
             name = entry.name
-            if not name.startswith("session."):  # every canonical name does
-                continue
-            parsed = parse_name(name)
+            # every canonical name starts so: a prefix test before the name pattern
+            parsed = parse_name(name) if name.startswith("session.") else None
+            if sizes is not None:
+                try:
+                    regular = entry.is_file(follow_symlinks=False)
+                    size = entry.stat(follow_symlinks=False).st_size if regular else 0
+                except OSError:
+                    sizes = None  # the sum ends at a file that cannot be measured
+                else:
+                    sizes[0] += size
+                    if regular and parsed is not None:
+                        rank = (parsed[0], parsed[1] == "zstd")
+                        if best is None or rank > best:
+                            best, sizes[1] = rank, size
             if parsed is None:
                 continue
             try:
@@ -92,31 +136,6 @@ def scan_names(session_dir: str | os.PathLike[str]) -> list[tuple[int, Encoding,
     if len(found) > 1:
         found.sort(key=lambda g: (g[0], g[1] == "zstd"))
     return found
-
-
-def dir_bytes(session_dir: str | os.PathLike[str]) -> tuple[int, int]:
-    """(sizes of the regular files directly in a session dir, size of its chosen log): links
-    and FIFOs are not followed; the chosen log is the highest canonical generation, zstd
-    before plain at one version (format §3.3)."""
-    total = 0
-    best: tuple[int, bool] | None = None
-    log = 0
-    try:
-        with os.scandir(session_dir) as scan:
-            for entry in scan:
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                size = entry.stat(follow_symlinks=False).st_size
-                total += size
-                name = entry.name
-                parsed = parse_name(name) if name.startswith("session.") else None
-                if parsed is not None:
-                    rank = (parsed[0], parsed[1] == "zstd")
-                    if best is None or rank > best:
-                        best, log = rank, size
-    except OSError:
-        return total, log
-    return total, log
 
 
 def list_generations(session_dir: Path) -> list[Generation]:

@@ -10,10 +10,13 @@ import pytest
 from dsh_fork.generations import (
     MAX_SAFE_INTEGER,
     canonical_name,
+    dir_bytes,
     is_temp_name,
     list_generations,
     non_canonical_files,
     parse_name,
+    scan_names,
+    scan_sized,
     select,
 )
 
@@ -149,3 +152,32 @@ def test_missing_or_non_directory_session_dirs_have_no_generations(tmp_path: Pat
     (tmp_path / "file").write_text("x")
     assert list_generations(tmp_path / "file") == []
     assert non_canonical_files(tmp_path / "missing") == []
+
+
+def test_one_listing_gives_the_names_and_the_sizes_the_two_scans_give(tmp_path: Path) -> None:
+    """du of a whole root lists each dir once: the names are those of ``scan_names`` (a link
+    to a file counts as a generation, as DSH lists it) and the sizes those of ``dir_bytes``
+    (links and FIFOs are not followed, the chosen log is the highest regular generation)."""
+    session_dir = tmp_path / "s"
+    session_dir.mkdir()
+    (session_dir / "session.v3.jsonl.zstd").write_bytes(b"x" * 30)
+    (session_dir / "session.v4.jsonl").write_bytes(b"y" * 40)
+    (session_dir / "session.lock").write_bytes(b"")
+    (session_dir / "notes.txt").write_bytes(b"z" * 5)
+    (tmp_path / "outside").write_bytes(b"w" * 1000)
+    os.symlink(tmp_path / "outside", session_dir / "session.v4.jsonl.zstd")
+    os.mkfifo(session_dir / "session.v2.jsonl")
+    (session_dir / "session.v5.jsonl.zstd").mkdir()
+    names, sizes = scan_sized(session_dir)
+    assert names == scan_names(session_dir)
+    assert [n for _, _, n in names] == [
+        "session.v3.jsonl.zstd",
+        "session.v4.jsonl",
+        "session.v4.jsonl.zstd",
+    ]
+    assert sizes == dir_bytes(session_dir) == (30 + 40 + 5, 40)
+
+
+def test_a_missing_dir_has_no_names_and_no_bytes(tmp_path: Path) -> None:
+    assert scan_sized(tmp_path / "missing") == ([], (0, 0))
+    assert dir_bytes(tmp_path / "missing") == (0, 0)

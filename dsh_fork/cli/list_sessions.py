@@ -74,6 +74,19 @@ def list_command(
       dsh-fork list --kind fork --since 7d
       dsh-fork list --project /home/me/shop --json
     """
+    from ..collector import paused_gc
+
+    with paused_gc():  # rows and headers hold no cycle: nothing for the collector to walk
+        _list(project, kind, since, json_mode, root)
+
+
+def _list(
+    project: str | None,
+    kind: list[str] | None,
+    since: str | None,
+    json_mode: bool,
+    root: str | None,
+) -> None:
     from .. import porcelain
     from ..ids import now_ms
 
