@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import IO, Any
 
 import cli_launcher
 import orjson
@@ -25,6 +24,7 @@ from dsh_fork.discovery import Root
 from dsh_fork.errors import IoError, SessionAlreadyExists, SessionStale
 from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.fork import ForkResult, fork_session
+from dsh_fork.fsdir import open_regular
 from dsh_fork.generations import CURRENT_NAME, list_generations
 from dsh_fork.locking import probe
 from dsh_fork.validation import validate_dir
@@ -195,14 +195,14 @@ class Appender:
         self.turns = turns
         self.left = times
 
-    def open(self, file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> IO[Any]:
+    def open(self, file: Path) -> int:
         if Path(file) == self.path and self.left > 0:
             self.left -= 1
             self.turns += 1
             with builtins.open(self.path, "ab") as handle:
                 handle.write(turn_frame(self.events, self.turns, NOW))
             self.events += 4
-        return builtins.open(file, mode, *args, **kwargs)
+        return open_regular(file)
 
 
 def test_a_source_changing_during_both_reads_is_stale(
@@ -210,7 +210,7 @@ def test_a_source_changing_during_both_reads_is_stale(
 ) -> None:
     source = publish_source(root, clock)
     appender = Appender(source, 18, 3, times=2)
-    monkeypatch.setattr("dsh_fork.reader.open", appender.open, raising=False)
+    monkeypatch.setattr("dsh_fork.reader.open_fd", appender.open)
 
     with pytest.raises(SessionStale, match="changed while it was being read"):
         lib_fork(root)
@@ -223,7 +223,7 @@ def test_a_source_stable_on_the_retry_is_forked_as_read(
 ) -> None:
     source = publish_source(root, clock)
     appender = Appender(source, 18, 3, times=1)
-    monkeypatch.setattr("dsh_fork.reader.open", appender.open, raising=False)
+    monkeypatch.setattr("dsh_fork.reader.open_fd", appender.open)
 
     result = lib_fork(root)
 

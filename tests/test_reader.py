@@ -3,12 +3,11 @@ prefixes, plain and older generations, torn tails."""
 
 from __future__ import annotations
 
-import builtins
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis profile)
 import orjson
@@ -22,6 +21,7 @@ from dsh_fork import frames as zframes
 from dsh_fork import parallel, reader
 from dsh_fork.errors import CorruptLog, SessionStale, UnsupportedFormat
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
+from dsh_fork.fsdir import open_regular
 from dsh_fork.generations import Generation, list_generations
 from dsh_fork.model import MODEL_TYPES
 from dsh_fork.reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
@@ -163,14 +163,14 @@ def appending_during_reads(
     pending = list(frames)
     opened: list[int] = []
 
-    def racing_open(path: Path, mode: str = "r") -> IO[Any]:
-        handle: IO[Any] = builtins.open(path, mode)  # noqa: SIM115  (returned to the reader)
+    def racing_open(path: Path) -> int:
+        fd = open_regular(path)
         opened.append(1)
         if pending:
             appender.append(pending.pop(0))
-        return handle
+        return fd
 
-    monkeypatch.setattr(reader, "open", racing_open, raising=False)
+    monkeypatch.setattr(reader, "open_fd", racing_open)
     return opened
 
 
@@ -216,12 +216,12 @@ def test_a_new_generation_appearing_during_the_read_is_stale(
     v3 = write_spec_as(spec, root, 3)
     gen = Generation(v3, 3, "zstd")
 
-    def migrating_open(path: Path, mode: str = "r") -> IO[Any]:
-        handle: IO[Any] = builtins.open(path, mode)  # noqa: SIM115  (returned to the reader)
+    def migrating_open(path: Path) -> int:
+        fd = open_regular(path)
         (v3.parent / "session.v4.jsonl.zstd").write_bytes(v3.read_bytes())
-        return handle
+        return fd
 
-    monkeypatch.setattr(reader, "open", migrating_open, raising=False)
+    monkeypatch.setattr(reader, "open_fd", migrating_open)
     with pytest.raises(SessionStale, match="its generations changed while being read"):
         open_log(gen)
 
