@@ -107,6 +107,14 @@ class DirFd:
     def lstat(self, name: str) -> os.stat_result:
         return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
 
+    def exists(self, name: str) -> bool:
+        """Whether this dir has an entry ``name`` (a link counts: it is not followed)."""
+        try:
+            self.lstat(name)
+        except FileNotFoundError:
+            return False
+        return True
+
     def listdir(self) -> list[str]:
         return os.listdir(self.fd)
 
@@ -123,6 +131,12 @@ class DirFd:
 
     def open_file(self, name: str, flags: int, mode: int = 0o600) -> int:
         """Open a regular file of this dir: never through a link, never blocking on a FIFO."""
+        return self.open_file_stat(name, flags, mode)[0]
+
+    def open_file_stat(
+        self, name: str, flags: int, mode: int = 0o600
+    ) -> tuple[int, os.stat_result]:
+        """``open_file``, with the ``fstat`` that proved the file regular."""
         path = self.entry(name)
         try:
             fd = os.open(name, flags | FILE_FLAGS, mode, dir_fd=self.fd)
@@ -133,7 +147,18 @@ class DirFd:
                 raise not_regular(path, stat.S_IFIFO) from None
             exc.filename = str(path)
             raise
-        return require_regular(fd, path)
+        return fd, regular_stat(fd, path)
+
+    def create_file(self, name: str, mode: int = 0o600) -> int:
+        """Create a new file of this dir (``O_EXCL``: never an existing name, never through a
+        link). What ``O_EXCL`` creates is a new regular file: no ``fstat`` to prove it."""
+        try:
+            return os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, mode, dir_fd=self.fd
+            )
+        except OSError as exc:
+            exc.filename = str(self.entry(name))
+            raise
 
     def unlink(self, name: str) -> None:
         os.unlink(name, dir_fd=self.fd)
@@ -150,6 +175,13 @@ class DirFd:
 
 def require_regular(fd: int, path: Path | str) -> int:
     """``fd`` when it is a regular file; else it is closed and the open refused."""
+    regular_stat(fd, path)
+    return fd
+
+
+def regular_stat(fd: int, path: Path | str) -> os.stat_result:
+    """The ``fstat`` of ``fd`` when it is a regular file; else it is closed and the open
+    refused."""
     try:
         st = os.fstat(fd)
     except OSError:
@@ -160,7 +192,7 @@ def require_regular(fd: int, path: Path | str) -> int:
         raise not_regular(path, st.st_mode)
     # O_NONBLOCK stays: it has no effect on a regular file (reads and writes of one never
     # return EAGAIN), and clearing it would cost two more system calls per open.
-    return fd
+    return st
 
 
 def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:

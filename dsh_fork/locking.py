@@ -103,16 +103,15 @@ class SessionLock:
 
     def _lock(self, dirs: DirChain) -> int:
         session = dirs.session
+        planned = faults.active()
         for _ in range(_ATTEMPTS):
-            try:
-                session.lstat(LOCK_NAME)
-                existed = True
-            except FileNotFoundError:
-                existed = False
-            if not existed:
+            # Whether the lock file is created here matters only to a fault plan (creating it
+            # is a step a crash test can stop at): without one, no look before the open.
+            created = planned and not session.exists(LOCK_NAME)
+            if created:
                 faults.step("lock", self.path)
-            fd = session.open_file(LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
-            if not existed:
+            fd, held = session.open_file_stat(LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
+            if created:
                 faults.done("lock", self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -126,8 +125,8 @@ class SessionLock:
             except OSError:
                 os.close(fd)
                 raise
-            try:
-                held, now = os.fstat(fd), session.lstat(LOCK_NAME)
+            try:  # the file locked is still the one of that name (its inode never changes)
+                now = session.lstat(LOCK_NAME)
             except FileNotFoundError:
                 os.close(fd)
                 continue
