@@ -131,13 +131,19 @@ def _write_frames(fd: int, frames: list[bytes | memoryview], path: Path) -> None
         for frame in frames:
             _write_all(fd, frame, path)
         return
-    total = sum(len(frame) for frame in frames)
-    written = os.writev(fd, frames)
-    if written == total:
-        return
-    rest = memoryview(b"".join(frames))[written:]  # a short write: the rest, looping
-    while rest:
-        rest = rest[os.write(fd, rest) :]
+    for start in range(0, len(frames), _IOV_MAX):
+        group = frames[start : start + _IOV_MAX]
+        total = sum(len(frame) for frame in group)
+        written = os.writev(fd, group)
+        if written == total:
+            continue
+        rest = memoryview(b"".join(group))[written:]  # a short write: the rest, looping
+        while rest:
+            rest = rest[os.write(fd, rest) :]
+
+
+_IOV_MAX = 1024
+"""The most buffers one ``writev`` takes (POSIX's IOV_MAX on Linux); more is EINVAL."""
 
 
 def _copy_run(fd: int, run: FileRun, path: Path) -> None:

@@ -131,6 +131,29 @@ def test_publish_copies_verbatim_frames_then_frames_the_tail(root: Path) -> None
     assert open_log(next(iter([_gen(path)]))).event_count == 4
 
 
+def test_a_session_of_more_frames_than_one_writev_takes_is_written_whole(root: Path) -> None:
+    lines = body_lines(3000)
+    body = Body(frames=[zstandard.ZstdCompressor().compress(line) for line in lines])
+    path = publish(new_dir(root), header_line(), body, keep_lock=False).path
+    assert frame_count(path) == 3001
+    assert log_lines(path) == [header_line()[:-1]] + [line[:-1] for line in lines]
+
+
+def test_a_short_writev_is_completed(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_writev = os.writev
+
+    def half(fd: int, buffers: Any) -> int:
+        joined = b"".join(bytes(b) for b in buffers)
+        return real_writev(fd, [joined[: len(joined) // 2]])
+
+    monkeypatch.setattr(os, "writev", half)
+    lines = body_lines(40)
+    body = Body(frames=[zstandard.ZstdCompressor().compress(line) for line in lines])
+    path = publish(new_dir(root), header_line(), body, keep_lock=False).path
+    monkeypatch.undo()
+    assert log_lines(path) == [header_line()[:-1]] + [line[:-1] for line in lines]
+
+
 def _gen(path: Path) -> Any:
     from dsh_fork.generations import Generation
 
