@@ -119,9 +119,14 @@ def _write_all(fd: int, data: bytes | memoryview, path: Path, kind: str = "write
     torn = faults.tear_at(len(view))
     if torn is not None:
         view = view[:torn]
+    _write_rest(fd, view)
+    faults.done(kind, path)
+
+
+def _write_rest(fd: int, view: memoryview) -> None:
+    """Write all of ``view``, looping over short writes."""
     while view:
         view = view[os.write(fd, view) :]
-    faults.done(kind, path)
 
 
 def _write_frames(fd: int, frames: list[bytes | memoryview], path: Path) -> None:
@@ -135,11 +140,8 @@ def _write_frames(fd: int, frames: list[bytes | memoryview], path: Path) -> None
         group = frames[start : start + _IOV_MAX]
         total = sum(len(frame) for frame in group)
         written = os.writev(fd, group)
-        if written == total:
-            continue
-        rest = memoryview(b"".join(group))[written:]  # a short write: the rest, looping
-        while rest:
-            rest = rest[os.write(fd, rest) :]
+        if written != total:  # a short write: the rest, looping
+            _write_rest(fd, memoryview(b"".join(group))[written:])
 
 
 _IOV_MAX = 1024
