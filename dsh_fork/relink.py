@@ -37,7 +37,7 @@ from .errors import (
     UsageError,
     unsupported_below_v4,
 )
-from .generations import SUPPORTED_VERSION
+from .generations import SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .locking import SessionLock, running
 from .model import TURN_TYPES, Facts, facts_of
@@ -755,7 +755,9 @@ class _Walker:
         self.summary.unrelated.extend(level.unrelated)
         new_facts: list[dict[str, Any]] = []
         batch: list[_Copy] = []
-        for item in level.items:
+        pending, level.items = level.items[::-1], []  # a plan is walked once: what is walked
+        while pending:  # is freed, so a wide tree's plan shrinks as its copies are written
+            item = pending.pop()
             if isinstance(item, _Copy) and not self.dry_run:
                 batch.append(item)
                 if len(batch) >= max(1, min(COPY_BATCH, LOCKS_HELD_MAX - self.held)):
@@ -1105,9 +1107,10 @@ def _run(
     workspace: Workspace | None = None,
 ) -> None:
     """Log, walk and log the summary: the part every entry point shares."""
-    items = list(level.walk_items())
-    total = sum(1 for i in items if not isinstance(i, _Match))
-    copies = sum(1 for i in items if isinstance(i, _Copy))
+    total = copies = 0  # counted, not listed: the walk frees each item once it is walked
+    for item in level.walk_items():
+        total += not isinstance(item, _Match)
+        copies += isinstance(item, _Copy)
     if copies:
         log.write(
             messages.COPYING,
@@ -1250,21 +1253,7 @@ def relink(
     try:
         summary = RelinkSummary(header.id, header.parent_session, dry_run)
         log = OpLog(oplog_path, dry_run=dry_run, clock=clock, warn=summary.warnings.append)
-        if dry_run:
-            c_log = open_log(generation, collect=_APPEND_TYPES)
-            c_facts = facts_of(c_log)
-            if c_log.torn is not None:
-                summary.warnings.append(
-                    f"{header.id} has a torn tail at byte {c_log.torn.offset}; a real run "
-                    "repairs it first"
-                )
-        else:
-            appended = writer.append(
-                fork_child_dir, lambda _log, _facts: [], lock=lock, collect=_APPEND_TYPES
-            )
-            c_log, c_facts = appended.log, appended.facts
-            if appended.repaired_tail:
-                summary.warnings.append(f"repaired a torn tail in {header.id}")
+        c_log, c_facts = _read_fork_child(generation, fork_child_dir, lock, summary)
         summary.unlisted = _refresh(root)  # under C's lock: what a finished run made is listed
         if report_unreadable:
             summary.failed.extend(unreadable_sessions(root, unlisted=summary.unlisted))
@@ -1280,6 +1269,7 @@ def relink(
         point = fork_point(c_log, c_facts, parent_id, c_facts.cut - 1, header.delegation_depth)
         existing = [_open(e) for e in root.children_of(header.id)]
         own = {e.child_id for e in c_facts.own_catalog() if e.child_id is not None}
+        del c_log, c_facts  # its catalog holds a fact per agent of its source: not kept
         point, level = _plan(root, point, existing, own)
         top = _Parent(header.id, fork_child_dir, lock, header.delegation_depth)
         parent_header = None if parent_entry is None else parent_entry.header
@@ -1299,6 +1289,27 @@ def relink(
     finally:
         if acquired is not None:
             acquired.release()
+
+
+def _read_fork_child(
+    generation: Generation, fork_child_dir: Path, lock: SessionLock | None, summary: RelinkSummary
+) -> tuple[SessionLog, Facts]:
+    """C's log and facts: read under its lock, a torn tail repaired first (only reported in a
+    dry run, which holds no lock)."""
+    if summary.dry_run:
+        log = open_log(generation, collect=_APPEND_TYPES)
+        if log.torn is not None:
+            summary.warnings.append(
+                f"{log.header.id} has a torn tail at byte {log.torn.offset}; a real run "
+                "repairs it first"
+            )
+        return log, facts_of(log)
+    appended = writer.append(
+        fork_child_dir, lambda _log, _facts: [], lock=lock, collect=_APPEND_TYPES
+    )
+    if appended.repaired_tail:
+        summary.warnings.append(f"repaired a torn tail in {appended.log.header.id}")
+    return appended.log, appended.facts
 
 
 def relink_all(
