@@ -754,9 +754,22 @@ class _Walker:
     def level(self, level: _Level, parent: _Parent) -> None:
         self.summary.unrelated.extend(level.unrelated)
         new_facts: list[dict[str, Any]] = []
+        self._items(level, parent, new_facts)
+        for outcome in level.existing_outcomes:
+            if isinstance(outcome, _Fail):
+                self._fail(outcome.id, outcome.code, outcome.message)
+            else:
+                self.summary.skipped.append({"id": outcome.id, "reason": outcome.reason})
+        for child, data in level.descriptor_repairs:
+            self._repair_descriptor(child, data)
+        self._append_to_parent(level, parent, new_facts)
+
+    def _items(self, level: _Level, parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
+        """Walk a level's items, in batches of copies. A plan is walked once: each item is
+        freed once walked, so a wide tree's plan shrinks as its copies are written."""
         batch: list[_Copy] = []
-        pending, level.items = level.items[::-1], []  # a plan is walked once: what is walked
-        while pending:  # is freed, so a wide tree's plan shrinks as its copies are written
+        pending, level.items = level.items[::-1], []
+        while pending:
             item = pending.pop()
             if isinstance(item, _Copy) and not self.dry_run:
                 batch.append(item)
@@ -785,14 +798,6 @@ class _Walker:
                 self._match(item)
         if batch:
             self._copies(batch, parent, new_facts)
-        for outcome in level.existing_outcomes:
-            if isinstance(outcome, _Fail):
-                self._fail(outcome.id, outcome.code, outcome.message)
-            else:
-                self.summary.skipped.append({"id": outcome.id, "reason": outcome.reason})
-        for child, data in level.descriptor_repairs:
-            self._repair_descriptor(child, data)
-        self._append_to_parent(level, parent, new_facts)
 
     def _copy(self, item: _Copy, parent: _Parent) -> None:
         """A planned copy of a dry run: recorded with no id, its subtree planned under it."""
@@ -1107,10 +1112,7 @@ def _run(
     workspace: Workspace | None = None,
 ) -> None:
     """Log, walk and log the summary: the part every entry point shares."""
-    total = copies = 0  # counted, not listed: the walk frees each item once it is walked
-    for item in level.walk_items():
-        total += not isinstance(item, _Match)
-        copies += isinstance(item, _Copy)
+    total, copies = _counted(level)
     if copies:
         log.write(
             messages.COPYING,
@@ -1144,6 +1146,16 @@ def _run(
             {"forkChild": summary.fork_child, "catalogued": len(summary.catalogued)},
         )
     log.write(messages.COPIED, summary.to_json())
+
+
+def _counted(level: _Level) -> tuple[int, int]:
+    """(outcomes, copies) of a plan: counted, not listed, for the walk frees each item once
+    it is walked."""
+    total = copies = 0
+    for item in level.walk_items():
+        total += not isinstance(item, _Match)
+        copies += isinstance(item, _Copy)
+    return total, copies
 
 
 def _plan(

@@ -768,6 +768,33 @@ def test_the_plan_reads_one_child_log_at_a_time_and_keeps_none(
     assert held_at_walk == [0]
 
 
+def test_the_walk_frees_each_copy_it_writes_and_keeps_no_log_of_the_fork_child(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory flat in the number of agents, during the walk too: once the copies of a level
+    are written, none of their planned items is alive, and the fork child's own log (whose
+    catalog holds a fact per agent of its source) is not held through the run."""
+
+    _, fork = wide_parent(root, clock)
+    seen: list[tuple[int, int]] = []
+    plain_append = relink_module._Walker._append_to_parent
+
+    def counting_append(walker: Any, level: Any, parent: Any, new_facts: Any) -> None:
+        if parent.id == fork.id:  # the top level: every copy under C written
+            gc.collect()
+            objects = gc.get_objects()
+            copies = sum(1 for o in objects if type(o) is relink_module._Copy)
+            c_logs = sum(1 for o in objects if isinstance(o, SessionLog) and o.header.id == fork.id)
+            seen.append((copies, c_logs))
+        plain_append(walker, level, parent, new_facts)
+
+    monkeypatch.setattr(relink_module._Walker, "_append_to_parent", counting_append)
+    summary = run(root, fork.id)
+
+    assert len(summary.copied) == 13 and summary.ok
+    assert seen == [(0, 0)]
+
+
 def test_runs_reread_from_their_files_make_the_same_copies(
     tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
