@@ -632,6 +632,12 @@ when the frame does not hold whole checked lines. Plain values, so that a child 
 compute and send it."""
 
 
+SUMMARY_PIECE = 1 << 20
+"""Bytes of a frame's plaintext whose lines are split and checked at once: a frame may hold
+up to 64 MiB, and its lines as objects (with their envelopes) would take about twice that
+again; in pieces, the transient stays the plaintext and one piece's lines."""
+
+
 def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
     every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
@@ -643,6 +649,8 @@ def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     def summarize(plaintext: bytes) -> _FrameSummary:
         if not plaintext or plaintext[-1] != 0x0A:
             return (-1, 0, [])
+        if len(plaintext) > SUMMARY_PIECE:
+            return _summarize_pieces(plaintext, wanted)
         lines = plaintext[:-1].split(b"\n")
         checked = checked_run(lines, wanted)
         if checked is None:
@@ -651,6 +659,33 @@ def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
         return (first, len(lines), [(k, lines[k]) for k in offsets])
 
     return summarize
+
+
+def _summarize_pieces(plaintext: bytes, wanted: frozenset[str]) -> _FrameSummary:
+    """``summarize`` of a large plaintext ending in a newline, one piece of whole lines
+    (about ``SUMMARY_PIECE`` bytes) at a time: the same verdict, count and candidates."""
+    from .envelopes import checked_run
+
+    first = -1
+    count = 0
+    hits: list[tuple[int, bytes]] = []
+    start = 0
+    end = len(plaintext)
+    while start < end:
+        stop = plaintext.find(b"\n", min(start + SUMMARY_PIECE, end - 1))
+        lines = plaintext[start:stop].split(b"\n")
+        checked = checked_run(lines, wanted)
+        if checked is None:
+            return (-1, 0, [])
+        piece_first, offsets = checked
+        if start == 0:
+            first = piece_first
+        elif piece_first != first + count:  # the seqs must run on across pieces
+            return (-1, 0, [])
+        hits.extend((count + k, lines[k]) for k in offsets)
+        count += len(lines)
+        start = stop + 1
+    return (first, count, hits)
 
 
 def _index_frames(

@@ -14,7 +14,7 @@ import orjson
 import pytest
 import zstandard
 from conftest import run_cli
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
@@ -570,3 +570,58 @@ def test_a_repair_before_an_append_keeps_every_event_dsh_recovers(
     assert after.torn is None
     assert [e.raw for e in after.events()][: len(seen)] == seen
     assert after.event_count == len(seen) + 1
+
+
+# -- a large frame is checked in pieces -------------------------------------------------------
+
+_PIECE_LINES = st.lists(
+    st.one_of(
+        st.builds(lambda seq, kind: (seq, kind), st.integers(0, 40), st.sampled_from(("a", "b"))),
+        st.sampled_from((b"", b"{", b"[1]", b'{"seq":1}')),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _plaintext(items: list[Any]) -> bytes:
+    """Dense lines of types a and b from seq 3, with ``(seq, kind)`` items as given seqs and
+    raw byte items as defective lines."""
+    lines = []
+    for item in items:
+        if isinstance(item, bytes):
+            lines.append(item)
+        else:
+            seq, kind = item
+            lines.append(orjson.dumps({"type": kind, "seq": seq, "time": 1, "data": {}}))
+    return b"\n".join(lines) + b"\n"
+
+
+@given(items=_PIECE_LINES, piece=st.integers(1, 200), dense=st.booleans())
+@example(items=[(0, "a"), (5, "b")], piece=1, dense=False)  # a gap at a piece boundary
+@example(items=[(0, "a"), b""], piece=1, dense=False)  # an empty last line, a piece alone
+@example(items=[(4, "b"), (5, "b"), (6, "a")], piece=30, dense=False)
+def test_a_frame_checked_in_pieces_gets_the_verdict_of_one_check(
+    items: list[Any], piece: int, dense: bool
+) -> None:
+    """Past ``SUMMARY_PIECE`` a frame's lines are split and checked a piece at a time: the
+    first seq, the line count and the candidate lines are those of one check of all lines,
+    and so is the refusal of a gap, an empty line or a line that is no envelope, wherever
+    the piece boundaries fall."""
+    if dense:  # mostly valid frames: the seqs run on from 3
+        items = [
+            (3 + k, item[1]) if isinstance(item, tuple) else item for k, item in enumerate(items)
+        ]
+        items = [item for item in items if isinstance(item, tuple)] or [(3, "a")]
+        items = [(3 + k, kind) for k, (_, kind) in enumerate(items)]
+    plaintext = _plaintext(items)
+    whole = reader.summarizer(frozenset({"b"}))(plaintext)
+    saved = reader.SUMMARY_PIECE
+    reader.SUMMARY_PIECE = piece
+    try:
+        pieces = reader.summarizer(frozenset({"b"}))(plaintext)
+    finally:
+        reader.SUMMARY_PIECE = saved
+    assert pieces == whole
+    if dense:
+        assert whole[0] == 3 and whole[1] == len(items)
