@@ -317,6 +317,7 @@ class FramedLog(SessionLog):
         *,
         wanted: frozenset[str] = frozenset(),
         source: FileBytes | None = None,
+        collect_from: int = 0,
     ) -> None:
         super().__init__(generation, data, identity, header, header_end, body_frames, torn)
         self.source = source
@@ -324,6 +325,7 @@ class FramedLog(SessionLog):
         self._src: zframes.Data = data if source is None else source
         self._index: FrameIndex | None = None
         self._wanted = wanted
+        self._collect_from = collect_from
         self._kept: tuple[bytes, ...] = ()
         self._cache: tuple[int, list[bytes]] | None = None
 
@@ -337,7 +339,9 @@ class FramedLog(SessionLog):
         """The index, built now if no pass has built it yet (with the torn tail's kept lines:
         they are known once the committed count is)."""
         if self._index is None:
-            chunks, collected = _index_frames(self._src, self.body_frames, self._wanted, self.where)
+            chunks, collected = _index_frames(
+                self._src, self.body_frames, self._wanted, self.where, self._collect_from
+            )
             collected.extend(self._finish(chunks, chunks[-1].end_seq if chunks else 0))
             self._index = FrameIndex(chunks)
             self.collected = collected
@@ -689,9 +693,14 @@ def _summarize_pieces(plaintext: bytes, wanted: frozenset[str]) -> _FrameSummary
 
 
 def _index_frames(
-    data: zframes.Data, frames: tuple[zframes.Frame, ...], wanted: frozenset[str], where: str
+    data: zframes.Data,
+    frames: tuple[zframes.Frame, ...],
+    wanted: frozenset[str],
+    where: str,
+    collect_from: int = 0,
 ) -> tuple[list[Chunk], list[Event]]:
-    """The chunks of ``frames`` and the events of the types in ``wanted``.
+    """The chunks of ``frames`` and the events of the types in ``wanted`` (from seq
+    ``collect_from`` on: ``open_log``).
 
     The frames are summarised in two processes (``frames.map_frames``); from the first frame
     that does not hold whole lines continuing the seqs (a record split across frames, an empty
@@ -709,13 +718,15 @@ def _index_frames(
                 rest = i
                 break
             for offset, line in hits:
+                if seq + offset < collect_from:
+                    continue  # its envelope is checked; the caller parsed it in its first read
                 ev = parse_event(line, seq + offset, where=where)
                 if ev.type in wanted:
                     collected.append(ev)
             chunks.append(Chunk((frame,), seq, count, i))
             seq += count
     for ev in _run_events(data, frames[rest:], rest, seq, where, chunks):
-        if ev.type in wanted:
+        if ev.type in wanted and ev.seq >= collect_from:
             collected.append(ev)
     return chunks, collected
 
@@ -904,11 +915,16 @@ def open_log(
     check_dir: bool = True,
     index: bool = True,
     stream: bool = False,
+    collect_from: int = 0,
 ) -> SessionLog:
     """Stable-read and index one generation (format §13 steps 2–6).
 
     Events whose type is in ``collect`` are parsed during the same pass and kept in
     ``log.collected``, so a caller that needs a few types decodes every frame only once.
+    ``collect_from``: collected events below this seq may be left out (the zstd v2+ read
+    leaves them out; their lines are still checked). A writer re-reading, under the lock it
+    has held throughout, a log whose cut it read before needs only the own range: a parent
+    that inherited a catalog fact per agent would otherwise parse them all again.
     A caller that will read every event anyway (inspect, validation) passes ``index=False``:
     the frames are then indexed by its first ``events()`` pass, and each is decoded once.
     With ``stream`` a framed log is indexed at once and never held whole (``open_streamed``).
@@ -981,7 +997,15 @@ def open_log(
             wanted=wanted,
         )
     framed = FramedLog(
-        generation, data, identity, header, header_end, body_frames, torn, wanted=wanted
+        generation,
+        data,
+        identity,
+        header,
+        header_end,
+        body_frames,
+        torn,
+        wanted=wanted,
+        collect_from=collect_from,
     )
     if index:
         framed.build_index()

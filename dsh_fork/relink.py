@@ -1015,7 +1015,13 @@ class _Walker:
         assert parent.id is not None
         try:
             self.sync()
-            writer.append(parent.session_dir, build, lock=parent.lock, collect=_APPEND_TYPES)
+            writer.append(
+                parent.session_dir,
+                build,
+                lock=parent.lock,
+                collect=_APPEND_TYPES,
+                cut=level.point.cut,  # its inherited facts (one per agent) are not parsed again
+            )
         except DshForkError as exc:
             self._fail(parent.id, exc.code, f"{parent.id}: catalog facts not appended: {exc}")
             return

@@ -765,6 +765,7 @@ def append(
     *,
     lock: SessionLock | None = None,
     collect: frozenset[str] = MODEL_TYPES,
+    cut: int = 0,
 ) -> Appended:
     """Re-read a v4 log under its lock, repair a torn tail, append what ``build`` returns.
 
@@ -772,7 +773,9 @@ def append(
     a stale read. An empty build appends nothing. ``collect`` names the event types ``build``
     needs in its facts; a narrow set keeps the re-read of a huge log cheap. The catalog and
     the end-seed markers are always collected: the uniqueness check of new catalog facts
-    needs the own range.
+    needs the own range. ``cut``: the log's cut as the caller read it under the lock it still
+    holds; ``build`` then gets the facts of the own range only (the inherited events are not
+    parsed again), or of the whole log when its cut is not that one.
 
     The log is reached through the locked dir's descriptor and must be the very file that was
     read (device and inode), a regular file with one link: a log shared with a hard-linked
@@ -786,13 +789,16 @@ def append(
         if not own_lock:
             dirs.verify()  # a lock held for a while: its dir may have been moved since
         _remove_own_temps(dirs.session)
-        log = _read_for_write(dirs, collect)
+        log = _read_for_write(dirs, collect, cut)
         repaired = False
         if log.torn is not None:
             _repair_torn_tail(dirs.session, log)
             repaired = True
-            log = _read_for_write(dirs, collect)
+            log = _read_for_write(dirs, collect, cut)
         facts = facts_of(log)
+        if cut and facts.cut != cut:  # not the log the caller read: the facts of all of it
+            log = _read_for_write(dirs, collect)
+            facts = facts_of(log)
         new = build(log, facts)
         if not new:
             return Appended(log.event_count, 0, repaired, log, facts)
@@ -804,7 +810,7 @@ def append(
             held.release()
 
 
-def _read_for_write(dirs: DirChain, collect: frozenset[str]) -> SessionLog:
+def _read_for_write(dirs: DirChain, collect: frozenset[str], cut: int = 0) -> SessionLog:
     handle = dirs.session
     names = _generation_names(handle)
     if not names:
@@ -817,7 +823,7 @@ def _read_for_write(dirs: DirChain, collect: frozenset[str]) -> SessionLog:
             version=version,
         )
     _check_writable(path, handle.lstat(name))
-    log = open_log(Generation(path, version, "zstd"), collect=collect)
+    log = open_log(Generation(path, version, "zstd"), collect=collect, collect_from=cut)
     dirs.verify()  # the read went by path: it read the locked dir only if nothing moved
     _check_same(path, log, handle.lstat(name))
     return log

@@ -886,3 +886,29 @@ def test_the_planners_narrow_read_agrees_with_the_full_read_on_every_log(
         assert times == [full.event(seq).time for seq in range(full.event_count)], session_dir
         compared += 1
     assert compared >= 40
+
+
+def test_an_append_given_the_cut_reparses_only_the_own_range(root: Path, clock: Clock) -> None:
+    """relink appends to a fork child whose cut it read under the lock it still holds: the
+    re-read parses the own range only (a parent's inherited facts are one per agent), with
+    the same own facts; a cut that is not the log's gets the facts of the whole log."""
+    _, fork = simple_parent(root, clock, "a", "b")
+    first = run(root, fork.id)  # C's own range: its marker and the facts of the copies
+    assert len(first.copied) == 2
+    c_dir = Root(root).find(fork.id)
+    generation = current_generation(c_dir)
+    assert generation is not None
+    full = facts_of(open_log(generation, collect=MODEL_TYPES))
+    cut = full.cut
+    assert [e.seq < cut for e in full.catalog] == [True, True, False, False]
+    seen: list[Any] = []
+
+    def build(log: SessionLog, facts: Any) -> list[writer.NewEvent]:
+        seen.append((facts.cut, [e.seq for e in facts.catalog], facts.own_catalog()))
+        return []
+
+    writer.append(c_dir, build, collect=relink_module._APPEND_TYPES, cut=cut)
+    writer.append(c_dir, build, collect=relink_module._APPEND_TYPES, cut=cut - 1)
+    own = [e.seq for e in full.catalog if e.seq > cut]
+    assert seen[0] == (cut, own, full.own_catalog())
+    assert seen[1] == (cut, [e.seq for e in full.catalog], full.own_catalog())
