@@ -114,6 +114,17 @@ class SessionEntry:
         entry.sizes = None
         return entry
 
+    @classmethod
+    def _published(
+        cls, dir_text: str, names: list[tuple[int, Encoding, str]], header: Header
+    ) -> SessionEntry:
+        """A session this run wrote, whose header it holds: in the listed form, so a run that
+        registers thousands of copies keeps no ``Path`` or ``Generation`` for any of them."""
+        entry = cls._from_listing(dir_text, names)
+        entry._header = header
+        entry._raw = header.fields
+        return entry
+
     def __repr__(self) -> str:
         return f"SessionEntry({self.session_dir!s}, id={self.id!r})"
 
@@ -476,11 +487,15 @@ class Root:
         """
         if self._entries is None:
             return None
-        generations = [generation] if generation is not None else list_generations(session_dir)
-        if not generations:
-            return None
-        entry = SessionEntry(session_dir, generations)
-        entry.header = header if header is not None else read_header(generations[-1])
+        if header is not None and generation is not None:  # as a listed entry: no Path kept
+            names = [(generation.version, generation.encoding, generation.path.name)]
+            entry = SessionEntry._published(str(session_dir), names, header)
+        else:
+            generations = [generation] if generation is not None else list_generations(session_dir)
+            if not generations:
+                return None
+            entry = SessionEntry(session_dir, generations)
+            entry.header = header if header is not None else read_header(generations[-1])
         self._entries.append(entry)
         if self._suffixes is not None:
             self._suffixes.update(entry.encodings)

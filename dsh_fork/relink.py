@@ -168,7 +168,7 @@ class RelinkSummary:
     warnings: list[str] = field(default_factory=list)
     unlisted: list[Path] | None = field(default=None, repr=False, compare=False)
     """Not part of the outcome: the dirs the run found unlisted, for ``sweep_abandoned``."""
-    clean: set[Path] = field(default_factory=set, repr=False, compare=False)
+    clean: set[str] = field(default_factory=set, repr=False, compare=False)
     """Not part of the outcome: dirs of the copies published with their temp removed."""
 
     def to_json(self) -> dict[str, Any]:
@@ -824,7 +824,7 @@ class _Walker:
             if isinstance(outcome, writer.Published):
                 seeded.register(self.root, draft, outcome)
                 if not outcome.temp_left:
-                    self.summary.clean.add(outcome.session_dir)
+                    self.summary.clean.add(str(outcome.session_dir))
                 locks.append(outcome.lock)
                 self.held += 1
             else:
@@ -1383,7 +1383,7 @@ def sweep_abandoned(
     fork_children: list[str],
     *,
     unlisted: list[Path] | None = None,
-    clean: frozenset[Path] = frozenset(),
+    clean: frozenset[str] = frozenset(),
 ) -> int:
     """Remove the temps interrupted publishes left: in dirs that hold no session (the listing
     skips them) and beside the fork children and their copies (a publish that died between
@@ -1401,7 +1401,7 @@ def sweep_abandoned(
             continue
         seen.add(session_id)
         entry = root.entry(session_id)
-        if entry is not None and entry.session_dir not in clean:
+        if entry is not None and entry.dir_text not in clean:
             dirs.append(entry.session_dir)
         todo.extend(e.id for e in root.children_of(session_id) if e.id is not None)
     return sum(len(writer.sweep_own_temps(d)) for d in dirs)

@@ -553,3 +553,55 @@ def test_a_fifo_where_the_log_belongs_is_named_not_taken_for_an_empty_dir(
     assert str(unreadable[0].error) == (f"refusing to open {log}: it is a FIFO, not a regular file")
     with pytest.raises(DshForkError, match="it is a FIFO"):
         locate(str(hidden), str(root))
+
+
+def test_a_registered_session_reads_as_a_fresh_listing_would(tmp_path: Path) -> None:
+    """A session a run wrote and registered (held in the listed form, with no Path kept) has
+    the id, parent, header, project, path and generation a new listing of the root gives."""
+    root = tmp_path / "sessions"
+    clock = Clock()
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd="/work/p")
+    parent.turn(clock)
+    parent.publish(root)
+    listed = Root(root)
+    listed.entries()
+    child = SessionSpec(
+        id="session-K",
+        created_at=clock(),
+        cwd="/work/p",
+        parent=parent.id,
+        origin="subagent",
+        depth=1,
+    )
+    child.turn(clock)
+    child.publish(root)
+    fresh = Root(root)
+    expected = fresh.entry(child.id)
+    assert expected is not None
+    generation = expected.generation
+    assert generation is not None and expected.header is not None
+    entry = listed.register(expected.session_dir, expected.header, generation)
+    assert entry is not None
+    assert entry._dir is None and entry._generations is None  # no Path until one is asked for
+    seen = (
+        entry.id,
+        entry.parent,
+        entry.header,
+        entry.project,
+        entry.session_dir,
+        entry.dir_text,
+        entry.generation,
+        entry.log_path,
+    )
+    assert seen == (
+        expected.id,
+        expected.parent,
+        expected.header,
+        expected.project,
+        expected.session_dir,
+        expected.dir_text,
+        expected.generation,
+        expected.log_path,
+    )
+    assert listed.entry(child.id) is entry
+    assert [e.id for e in listed.children_of(parent.id)] == [child.id]
