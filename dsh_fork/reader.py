@@ -645,7 +645,9 @@ again; in pieces, the transient stays the plaintext and one piece's lines."""
 def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
     every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
-    check reads each line's type, which picks the lines of the types asked for."""
+    check reads each line's type, which picks the lines of the types asked for. The lines are
+    split and checked a piece of whole lines (about ``SUMMARY_PIECE`` bytes) at a time, so a
+    frame is usually one piece."""
 
     # The envelope check is imported only by the reads that check copied lines (start-up).
     from .envelopes import checked_run
@@ -653,43 +655,28 @@ def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
     def summarize(plaintext: bytes) -> _FrameSummary:
         if not plaintext or plaintext[-1] != 0x0A:
             return (-1, 0, [])
-        if len(plaintext) > SUMMARY_PIECE:
-            return _summarize_pieces(plaintext, wanted)
-        lines = plaintext[:-1].split(b"\n")
-        checked = checked_run(lines, wanted)
-        if checked is None:
-            return (-1, 0, [])
-        first, offsets = checked
-        return (first, len(lines), [(k, lines[k]) for k in offsets])
+        first = -1
+        count = 0
+        hits: list[tuple[int, bytes]] = []
+        start = 0
+        end = len(plaintext)
+        while start < end:
+            stop = plaintext.find(b"\n", min(start + SUMMARY_PIECE, end - 1))
+            lines = plaintext[start:stop].split(b"\n")
+            checked = checked_run(lines, wanted)
+            if checked is None:
+                return (-1, 0, [])
+            piece_first, offsets = checked
+            if start == 0:
+                first = piece_first
+            elif piece_first != first + count:  # the seqs must run on across pieces
+                return (-1, 0, [])
+            hits.extend((count + k, lines[k]) for k in offsets)
+            count += len(lines)
+            start = stop + 1
+        return (first, count, hits)
 
     return summarize
-
-
-def _summarize_pieces(plaintext: bytes, wanted: frozenset[str]) -> _FrameSummary:
-    """``summarize`` of a large plaintext ending in a newline, one piece of whole lines
-    (about ``SUMMARY_PIECE`` bytes) at a time: the same verdict, count and candidates."""
-    from .envelopes import checked_run
-
-    first = -1
-    count = 0
-    hits: list[tuple[int, bytes]] = []
-    start = 0
-    end = len(plaintext)
-    while start < end:
-        stop = plaintext.find(b"\n", min(start + SUMMARY_PIECE, end - 1))
-        lines = plaintext[start:stop].split(b"\n")
-        checked = checked_run(lines, wanted)
-        if checked is None:
-            return (-1, 0, [])
-        piece_first, offsets = checked
-        if start == 0:
-            first = piece_first
-        elif piece_first != first + count:  # the seqs must run on across pieces
-            return (-1, 0, [])
-        hits.extend((count + k, lines[k]) for k in offsets)
-        count += len(lines)
-        start = stop + 1
-    return (first, count, hits)
 
 
 def _index_frames(
