@@ -24,7 +24,10 @@ from dsh_fork.fixtures import Clock, Ids
 
 faults.enable_env()  # in-process runs honour DSH_FORK_FAULT; the installed command never does
 
-SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
+SHARED = (Path(__file__).resolve().parent.parent.parent / "shared").resolve()
+"""The shared data beside the clone, resolved as the command line resolves ``--root``: with
+``../shared`` a link, the library calls of a test name the same paths as the commands."""
+SAMPLES = SHARED / "samples"
 FOREIGN = SAMPLES.parent / "foreign"
 
 NON_CANONICAL_NAMES = (

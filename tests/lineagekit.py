@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, Ids, generate
@@ -88,7 +89,7 @@ def relink_fork(family: Family, fork_id: str, seed: int = 99) -> None:
     )
 
 
-FOREIGN = Path(__file__).resolve().parent.parent.parent / "shared" / "foreign" / "roots"
+FOREIGN = SHARED / "foreign" / "roots"
 FOREIGN_ROOTS = sorted(p.name for p in FOREIGN.iterdir()) if FOREIGN.is_dir() else ["absent"]
 """The foreign roots' names, for parametrising (one placeholder, skipped, when absent)."""
 
