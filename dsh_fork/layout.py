@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -11,6 +13,8 @@ _SEPARATORS = frozenset((ord("/"), ord("\\"), ord(":")))
 NO_CWD_DIR = "_no-cwd"
 PROJECT_KEY_MAX = 251
 OPLOG_NAME = "dsh-fork-relink.log"
+_ALL_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+"""A text of ``SAFE_ASCII`` characters only: its encoding is itself (every id DSH makes)."""
 
 
 def _code_units(text: str) -> list[int]:
@@ -19,8 +23,10 @@ def _code_units(text: str) -> list[int]:
     return [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
 
 
+@functools.lru_cache(maxsize=256)
 def project_key(cwd: str) -> str:
-    """The project dir name of an absolute cwd (format §2.3)."""
+    """The project dir name of an absolute cwd (format §2.3); kept for the few cwds a run
+    meets, since relink asks it once per copy."""
     if cwd == "":
         raise ValueError("projectKey of an empty cwd")
     out: list[str] = []
@@ -49,6 +55,8 @@ def encode_segment(session_id: str) -> str:
         return "~002E"
     if session_id == "..":
         return "~002E~002E"
+    if _ALL_SAFE.fullmatch(session_id):
+        return session_id
     return "".join(
         chr(unit) if unit in SAFE_ASCII else f"~{unit:04X}" for unit in _code_units(session_id)
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from dsh_fork.layout import (
     decode_segment,
@@ -109,3 +111,31 @@ def test_operation_log_location() -> None:
     assert oplog_path("/data/r1/sessions", {"DSH_HOME": "/srv/dsh"}) == Path(
         "/srv/dsh/dsh-fork-relink.log"
     )
+
+
+def _encoded_unit_by_unit(session_id: str) -> str:
+    """format §2.4 read literally: every UTF-16 code unit kept if safe, else ``~XXXX``."""
+    raw = session_id.encode("utf-16-le", "surrogatepass")
+    units = [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
+    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+    return "".join(chr(u) if chr(u) in safe and u < 128 else f"~{u:04X}" for u in units)
+
+
+@given(st.text(min_size=1).filter(lambda s: s not in (".", "..")))
+@example("session-0b5c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3")
+@example("abc\n")
+@example("ABC-xyz_09.")
+@example("a\u0130")
+def test_encode_segment_keeps_a_safe_id_as_is_and_encodes_every_other_unit(
+    session_id: str,
+) -> None:
+    """The shortcut for an id of safe characters only gives what the unit-by-unit rule
+    gives, and decodes back."""
+    assert encode_segment(session_id) == _encoded_unit_by_unit(session_id)
+    assert decode_segment(encode_segment(session_id)) == session_id
+
+
+@given(st.text(min_size=1))
+@example("/home/u/proj")
+def test_project_key_asked_twice_answers_the_same(cwd: str) -> None:
+    assert project_key(cwd) == project_key(cwd) == project_key.__wrapped__(cwd)
