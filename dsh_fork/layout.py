@@ -13,7 +13,7 @@ _SEPARATORS = frozenset((ord("/"), ord("\\"), ord(":")))
 NO_CWD_DIR = "_no-cwd"
 PROJECT_KEY_MAX = 251
 OPLOG_NAME = "dsh-fork-relink.log"
-_ALL_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+_ALL_SAFE = re.compile(f"[{re.escape(bytes(sorted(SAFE_ASCII)).decode())}]+")
 """A text of ``SAFE_ASCII`` characters only: its encoding is itself (every id DSH makes)."""
 
 
