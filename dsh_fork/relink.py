@@ -52,7 +52,7 @@ LINEAGE_CYCLE = "lineage cycle"
 # -- the fork point ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ForkPoint:
     """Where a new parent's history branched off its source parent.
 
@@ -255,7 +255,7 @@ class RelinkAllResult:
 # -- the plan ---------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class _Opened:
     """A session whose log the planner needed: readable (log, facts) or not (error)."""
 
@@ -287,20 +287,20 @@ def _open(entry: SessionEntry) -> _Opened:
     return _Opened(entry, log, facts_of(log))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Fail:
     id: str
     code: str
     message: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Skip:
     id: str
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Uncat:
     """A belonging child whose descriptor cannot make a catalog fact: reported, not copied."""
 
@@ -308,7 +308,7 @@ class _Uncat:
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Copy:
     source: _Opened
     """S, its log released once the prefix is taken: the plan of a wide tree holds no log."""
@@ -320,14 +320,14 @@ class _Copy:
     """What the copy takes of S; dropped once the copy is drafted."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Match:
     source_id: str
     existing: _Opened
     level: _Level
 
 
-@dataclass
+@dataclass(slots=True)
 class _Repair:
     """A catalog fact for an existing child of the level's parent that has none."""
 
@@ -340,7 +340,7 @@ class _Repair:
 _Item = _Fail | _Skip | _Uncat | _Copy | _Match
 
 
-@dataclass
+@dataclass(slots=True)
 class _Level:
     """Everything that happens under one new parent (C, a copy, or a matched copy)."""
 
@@ -375,7 +375,7 @@ def _failure(child_id: str, error: DshForkError) -> _Fail:
     return _Fail(child_id, error.code, error.message)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Member:
     """One candidate: a subagent child of a source parent on the chain (rank 0 = nearest)."""
 
