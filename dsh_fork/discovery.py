@@ -11,7 +11,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .collector import paused_gc
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
@@ -37,7 +37,7 @@ from .reader import (
     read_header,
     read_header_line,
 )
-from .records import Header, LineError, header_of, parse_header, parse_line
+from .records import Header, LineError, parse_header, parse_line
 
 if TYPE_CHECKING:
     from .leanlog import Glance
@@ -45,14 +45,43 @@ if TYPE_CHECKING:
 RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
 
 
+class _Lineage(NamedTuple):
+    """What lineage asks of a header line, read off its raw fields: ``id`` and ``parent``
+    when they are strings, whether ``origin`` is ``subagent``, ``createdAt`` when it is a
+    plain integer (else the validated header decides)."""
+
+    id: str | None
+    parent: str | None
+    subagent: bool
+    created_at: int | None
+
+    @classmethod
+    def of(cls, fields: dict[str, object] | None) -> _Lineage:
+        if not fields:
+            return _NO_LINEAGE
+        ident = fields.get("id")
+        parent = fields.get("parentSession")
+        created = fields.get("createdAt")
+        return cls(
+            ident if isinstance(ident, str) else None,
+            parent if isinstance(parent, str) else None,
+            fields.get("origin") == "subagent",
+            created if type(created) is int else None,
+        )
+
+
+_NO_LINEAGE = _Lineage(None, None, False, None)
+
+
 class SessionEntry:
     """One session dir of the root, as listing sees it: its highest generation and header.
 
     Entries made by ``Root.entries`` are lazy: the dir path, the ``Generation`` objects and
     the validated header are built on first use. Lineage (id, parent, origin, createdAt) is
-    answered from the raw header fields, which give the same answers as the validated header
-    (and as ``raw_fields`` when it is invalid), so finding the children of one session in a
-    root of ten thousand validates only those children.
+    answered from the four values listing reads off the raw header line (``_Lineage``), which
+    give the same answers as the validated header (and as ``raw_fields`` when it is invalid),
+    so finding the children of one session in a root of ten thousand validates only those
+    children, and an entry nobody validates holds its line's bytes, not its parsed fields.
     """
 
     __slots__ = (
@@ -61,10 +90,10 @@ class SessionEntry:
         "_error",
         "_generations",
         "_header",
+        "_lin",
         "_line",
         "_listed",
         "_names",
-        "_raw",
         "_raw_fields",
         "glance",
         "glanced",
@@ -87,7 +116,7 @@ class SessionEntry:
         self._error = error
         self._raw_fields = raw_fields
         self._line: bytes | None = None
-        self._raw: dict[str, object] | None = None
+        self._lin: _Lineage | None = None
         self._listed = False
         self.glance: Glance | None = None
         """A list row's facts of the log, folded from the listing's own read (``leanlog``)."""
@@ -107,7 +136,7 @@ class SessionEntry:
         entry._error = None
         entry._raw_fields = None
         entry._line = None
-        entry._raw = None
+        entry._lin = None
         entry._listed = True
         entry.glance = None
         entry.glanced = False
@@ -115,14 +144,15 @@ class SessionEntry:
         return entry
 
     @classmethod
-    def _published(
-        cls, dir_text: str, names: list[tuple[int, Encoding, str]], header: Header
+    def _of_line(
+        cls, dir_text: str, names: list[tuple[int, Encoding, str]], line: bytes
     ) -> SessionEntry:
-        """A session this run wrote, whose header it holds: in the listed form, so a run that
-        registers thousands of copies keeps no ``Path`` or ``Generation`` for any of them."""
+        """The listed form of a dir whose highest generation's header line is ``line``
+        (without its newline): validated on first use. A run that registers thousands of
+        copies so keeps no ``Path``, ``Generation`` or parsed header for any of them."""
         entry = cls._from_listing(dir_text, names)
-        entry._header = header
-        entry._raw = header.fields
+        entry._line = line
+        entry._lin = _Lineage.of(_raw_value(line))
         return entry
 
     def __repr__(self) -> str:
@@ -204,16 +234,11 @@ class SessionEntry:
             if generation is None:
                 return
             version, where = generation.version, str(generation.path)
-        raw = self._raw  # the line as listing parsed it: checked without parsing it again
         try:
-            if raw is None:
-                self._header = parse_header(line, version, where=where)
-            else:
-                self._header = header_of(raw, line, version, where=where)
-            self._raw = self._header.fields  # the same answers (see the class): one dict kept
+            self._header = parse_header(line, version, where=where)
         except DshForkError as exc:
             self._error = exc
-            self._raw_fields = self._raw  # what peek_fields would read from the same line
+            self._raw_fields = _raw_value(line)  # what peek_fields would read from the line
 
     @property
     def header(self) -> Header | None:
@@ -249,32 +274,34 @@ class SessionEntry:
 
     # -- lineage ----------------------------------------------------------------------------
 
-    def _lineage(self) -> dict[str, object]:
-        if self._listed and self._error is None:
-            return self._raw or {}
-        header = self.header
+    def _lineage(self) -> _Lineage:
+        lineage = self._lin
+        if lineage is not None:
+            return lineage
+        header = self.header  # an entry not listed from a line: its header, or raw fields
         if header is not None:
-            return header.fields
-        return self.raw_fields or {}
+            return _Lineage(
+                header.id, header.parent_session, header.origin == "subagent", header.created_at
+            )
+        return _Lineage.of(self.raw_fields)
 
     @property
     def id(self) -> str | None:
-        value = self._lineage().get("id")
-        return value if isinstance(value, str) else None
+        return self._lineage().id
 
     @property
     def parent(self) -> str | None:
-        value = self._lineage().get("parentSession")
-        return value if isinstance(value, str) else None
+        return self._lineage().parent
 
     @property
     def is_subagent(self) -> bool:
-        return self._lineage().get("origin") == "subagent" and self.parent is not None
+        lineage = self._lineage()
+        return lineage.subagent and lineage.parent is not None
 
     @property
     def created_at(self) -> int:
-        value = self._lineage().get("createdAt")
-        if type(value) is int:
+        value = self._lineage().created_at
+        if value is not None:
             return value
         header = self.header  # 5.0 and the like: the validated header decides
         if header is not None:
@@ -475,27 +502,28 @@ class Root:
     def register(
         self,
         session_dir: Path,
-        header: Header | None = None,
         generation: Generation | None = None,
+        *,
+        line: bytes | None = None,
     ) -> SessionEntry | None:
         """Add a session published during this run to the cached listing and indexes.
 
         A run that writes sessions (relink copies) keeps one index for its whole duration;
         registering what it wrote keeps that index true without re-reading the root. The
-        writer may pass the header and the (only) generation it wrote, which saves reading
-        them back.
+        writer may pass the (only) generation it wrote and its header line, which saves
+        reading them back: the entry is then as listing makes it, validated on first use.
         """
         if self._entries is None:
             return None
-        if header is not None and generation is not None:  # as a listed entry: no Path kept
+        if line is not None and generation is not None:  # as a listed entry: no Path kept
             names = [(generation.version, generation.encoding, generation.path.name)]
-            entry = SessionEntry._published(str(session_dir), names, header)
+            entry = SessionEntry._of_line(str(session_dir), names, line)
         else:
             generations = [generation] if generation is not None else list_generations(session_dir)
             if not generations:
                 return None
             entry = SessionEntry(session_dir, generations)
-            entry.header = header if header is not None else read_header(generations[-1])
+            entry.header = read_header(generations[-1])
         self._entries.append(entry)
         if self._suffixes is not None:
             self._suffixes.update(entry.encodings)
@@ -654,7 +682,7 @@ def _unpack(item: _Packed | SessionEntry | None) -> SessionEntry | None:
     dir_text, names, line, glanced_facts, glanced, sizes = item
     entry = SessionEntry._from_listing(dir_text, names)
     entry._line = line
-    entry._raw = _raw_value(line)
+    entry._lin = _Lineage.of(_raw_value(line))
     entry.glance = glanced_facts
     entry.glanced = glanced
     entry.sizes = sizes
@@ -714,7 +742,7 @@ def _list_entry(dir_text: str, glance: bool = False, sizes: bool = False) -> Ses
         )
         return entry
     entry._line = line
-    entry._raw = _raw_value(line)
+    entry._lin = _Lineage.of(_raw_value(line))
     if whole is not None:
         from .leanlog import fold  # only ``list`` folds: other commands never import it
 

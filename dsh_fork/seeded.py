@@ -38,7 +38,7 @@ from .ids import IdFactory
 from .layout import encode_segment, project_dir_name
 from .model import Facts
 from .reader import SessionLog
-from .records import encode_event, encode_header, parse_header
+from .records import encode_event, encode_header
 from .source import FileBytes, FileRun, Identity, identity_of, stale
 
 MARKER_TYPE = "session/end-seed"
@@ -286,8 +286,8 @@ def register(root: Root, draft: writer.Draft, published: writer.Published) -> No
     with contextlib.suppress(DshForkError, OSError):
         root.register(
             draft.session_dir,
-            parse_header(draft.header_line[:-1], SUPPORTED_VERSION),
             Generation(published.path, SUPPORTED_VERSION, "zstd"),
+            line=draft.header_line[:-1],
         )
 
 

@@ -580,9 +580,10 @@ def test_a_registered_session_reads_as_a_fresh_listing_would(tmp_path: Path) -> 
     assert expected is not None
     generation = expected.generation
     assert generation is not None and expected.header is not None
-    entry = listed.register(expected.session_dir, expected.header, generation)
+    entry = listed.register(expected.session_dir, generation, line=expected.header.raw)
     assert entry is not None
     assert entry._dir is None and entry._generations is None  # no Path until one is asked for
+    assert entry._header is None  # and no parsed header: validated on first use
     seen = (
         entry.id,
         entry.parent,
