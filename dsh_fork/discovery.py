@@ -200,6 +200,14 @@ class SessionEntry:
     def generation(self) -> Generation | None:
         return select(self.generations)
 
+    def forget_paths(self) -> None:
+        """Drop the ``Path`` and ``Generation`` objects built on use; a listed entry builds
+        them again from its text when next asked (a plan over thousands of sources keeps
+        none of them). Any other entry keeps them: they are all it has."""
+        if self._listed:
+            self._dir = None
+            self._generations = None
+
     @property
     def encodings(self) -> set[str]:
         if self._generations is None:

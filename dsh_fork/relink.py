@@ -168,8 +168,8 @@ class RelinkSummary:
     warnings: list[str] = field(default_factory=list)
     unlisted: list[Path] | None = field(default=None, repr=False, compare=False)
     """Not part of the outcome: the dirs the run found unlisted, for ``sweep_abandoned``."""
-    clean: set[str] = field(default_factory=set, repr=False, compare=False)
-    """Not part of the outcome: dirs of the copies published with their temp removed."""
+    temp_left: set[str] = field(default_factory=set, repr=False, compare=False)
+    """Not part of the outcome: the copies whose publish left its temp (rare), by id."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -185,6 +185,13 @@ class RelinkSummary:
             "dryRun": self.dry_run,
             "warnings": self.warnings,
         }
+
+    def clean_copies(self) -> frozenset[str]:
+        """The copies published with their temp removed, by id: ``sweep_abandoned`` does not
+        list their dirs again. Derived from the summary's rows, so a run of thousands of
+        copies keeps no second record of them while it walks."""
+        copies = {row["copy"] for row in self.copied if row["copy"] is not None}
+        return frozenset(copies - self.temp_left)
 
     @property
     def ok(self) -> bool:
@@ -314,10 +321,18 @@ class _Copy:
     """S, its log released once the prefix is taken: the plan of a wide tree holds no log."""
     inherited: int
     """K(S): the copy inherits S's events ``0..K(S)-1``."""
-    descriptor: Any
-    level: _Level
+    descriptor: bytes
+    """S's descriptor data, encoded (it encodes, or S is no copy): a wide plan holds its
+    bytes, not its parsed values, until the copy's descriptor and catalog fact are made."""
+    level: _Level | None
+    """What happens under the copy; None when nothing does (a leaf: most copies), so a wide
+    plan holds no empty level per copy."""
     prefix: seeded.Prefix | None = None
     """What the copy takes of S; dropped once the copy is drafted."""
+
+    def descriptor_data(self) -> Any:
+        """The descriptor as parsed values again (encoded by orjson, so parsed back equal)."""
+        return orjson.loads(self.descriptor)
 
 
 @dataclass(slots=True)
@@ -353,6 +368,18 @@ class _Level:
     own_descriptor: Any | None = None
     blocked: _Fail | _Skip | None = None
 
+    def is_empty(self) -> bool:
+        """Whether walking this level would do nothing at all."""
+        return not (
+            self.items
+            or self.unrelated
+            or self.existing_outcomes
+            or self.repairs
+            or self.descriptor_repairs
+            or self.own_descriptor is not None
+            or self.blocked is not None
+        )
+
     def writes_parent(self) -> bool:
         """Whether anything is appended to this level's parent (so its lock is needed)."""
         return (
@@ -367,7 +394,7 @@ class _Level:
             return
         for item in self.items:
             yield item
-            if isinstance(item, _Copy | _Match):
+            if isinstance(item, _Copy | _Match) and item.level is not None:
                 yield from item.level.walk_items()
 
 
@@ -578,9 +605,11 @@ class _Planner:
             return _Skip(source.id, "open")
         descriptor = source.facts.descriptor()
         data = None if descriptor is None else descriptor.data
+        encoded = b"null"
         if data is not None:
             try:
-                orjson.dumps(data)
+                # orjson's result keeps its whole 4 KiB buffer: held in the plan as a copy
+                encoded = bytes(memoryview(orjson.dumps(data)))
             except orjson.JSONEncodeError:
                 return _Fail(
                     source.id, CorruptLog.code, f"{source.id}: its descriptor cannot be re-encoded"
@@ -595,7 +624,9 @@ class _Planner:
         if isinstance(prefix.run, bytes):
             self.held += len(prefix.run)
         source.log = source.facts = None  # the log is not needed again: memory stays flat
-        item = _Copy(source, inherited, data, self.level(sub.with_chain(chain), [], set()))
+        entry.forget_paths()  # nor the paths opening it built: rebuilt if ever asked for
+        below = self.level(sub.with_chain(chain), [], set())
+        item = _Copy(source, inherited, encoded, None if below.is_empty() else below)
         item.prefix = prefix
         return item
 
@@ -803,7 +834,8 @@ class _Walker:
         """A planned copy of a dry run: recorded with no id, its subtree planned under it."""
         depth = parent.depth + 1
         self._record_copy(item, None, parent.id, depth)
-        self.level(item.level, _Parent(None, None, None, depth))
+        if item.level is not None:
+            self.level(item.level, _Parent(None, None, None, depth))
 
     def _copies(self, items: list[_Copy], parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
         """Publish a batch of one level's copies together (``writer.publish_batch``: their
@@ -820,11 +852,11 @@ class _Walker:
             raise
         outcomes = writer.publish_batch([d for _, _, _, d in ready], keep_lock=True)
         locks: list[SessionLock | None] = []
-        for (_, _, _, draft), outcome in zip(ready, outcomes, strict=True):
+        for (_, copy_id, _, draft), outcome in zip(ready, outcomes, strict=True):
             if isinstance(outcome, writer.Published):
                 seeded.register(self.root, draft, outcome)
-                if not outcome.temp_left:
-                    self.summary.clean.add(str(outcome.session_dir))
+                if outcome.temp_left:
+                    self.summary.temp_left.add(copy_id)
                 locks.append(outcome.lock)
                 self.held += 1
             else:
@@ -842,10 +874,11 @@ class _Walker:
                 assert lock is not None
                 self.created.add(copy_id)
                 self._record_copy(item, copy_id, parent.id, depth)
-                plan = fact_from_descriptor(item.descriptor, copy_id, created_at)
+                plan = fact_from_descriptor(item.descriptor_data(), copy_id, created_at)
                 assert plan.data is not None
                 new_facts.append(plan.data)
-                self.level(item.level, _Parent(copy_id, draft.session_dir, lock, depth))
+                if item.level is not None:
+                    self.level(item.level, _Parent(copy_id, draft.session_dir, lock, depth))
                 lock.release()
                 locks[index] = None
                 self.held -= 1
@@ -897,7 +930,7 @@ class _Walker:
             parent_session=parent_id,
             origin="subagent",
             depth=depth,
-            own=[("subagent/descriptor", item.descriptor)],
+            own=[("subagent/descriptor", item.descriptor_data())],
         )
         if self.workspace is not None:  # a fork moved to another workspace: copies follow
             plan.cwd = rebase_cwd(plan.cwd, *self.workspace)
@@ -1389,7 +1422,7 @@ def sweep_abandoned(
     skips them) and beside the fork children and their copies (a publish that died between
     its link and its temp removal). writer.sweep_own_temps says what is removed.
     ``unlisted``: the dirs the run's ``_refresh`` left unlisted (no walk of the root);
-    ``clean``: dirs of copies the run published and removed the temp of (not listed again)."""
+    ``clean``: ids of copies the run published and removed the temp of (not listed again)."""
     known = root.listed_texts()
     candidates = root.candidate_dirs() if unlisted is None else unlisted
     dirs = [d for d in candidates if str(d) not in known]
@@ -1401,7 +1434,7 @@ def sweep_abandoned(
             continue
         seen.add(session_id)
         entry = root.entry(session_id)
-        if entry is not None and entry.dir_text not in clean:
+        if entry is not None and session_id not in clean:
             dirs.append(entry.session_dir)
         todo.extend(e.id for e in root.children_of(session_id) if e.id is not None)
     return sum(len(writer.sweep_own_temps(d)) for d in dirs)
@@ -1428,7 +1461,7 @@ def relink_arg(
             located.root,
             [summary.fork_child],
             unlisted=summary.unlisted,
-            clean=frozenset(summary.clean),
+            clean=summary.clean_copies(),
         )
     return summary
 

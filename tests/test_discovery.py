@@ -606,3 +606,20 @@ def test_a_registered_session_reads_as_a_fresh_listing_would(tmp_path: Path) -> 
     )
     assert listed.entry(child.id) is entry
     assert [e.id for e in listed.children_of(parent.id)] == [child.id]
+
+
+def test_a_listed_entry_that_forgets_its_paths_answers_as_before(tmp_path: Path) -> None:
+    """A plan over thousands of sources drops the Paths opening each one built
+    (``forget_paths``); the entry builds equal ones again when next asked."""
+    root = tmp_path / "sessions"
+    clock = Clock()
+    spec = SessionSpec(id="session-P", created_at=clock(), cwd="/work/p")
+    spec.turn(clock)
+    spec.publish(root)
+    entry = Root(root).entry(spec.id)
+    assert entry is not None
+    before = (entry.session_dir, entry.generation, entry.header)
+    assert entry._dir is not None and entry._generations is not None
+    entry.forget_paths()
+    assert entry._dir is None and entry._generations is None
+    assert (entry.session_dir, entry.generation, entry.header) == before
