@@ -842,7 +842,7 @@ class _Walker:
         fsyncs overlap), then walk each copy's subtree under the copy's own lock."""
         depth = parent.depth + 1
         assert parent.id is not None
-        ready: list[tuple[_Copy, str, int, writer.Draft]] = []
+        ready: list[tuple[_Copy, str, dict[str, Any], writer.Draft]] = []
         try:
             self._drafts(items, parent.id, depth, ready)
         except BaseException:
@@ -862,7 +862,7 @@ class _Walker:
             else:
                 locks.append(None)
         try:
-            for index, ((item, copy_id, created_at, draft), outcome) in enumerate(
+            for index, ((item, copy_id, fact, draft), outcome) in enumerate(
                 zip(ready, outcomes, strict=True)
             ):
                 source = item.source
@@ -874,9 +874,7 @@ class _Walker:
                 assert lock is not None
                 self.created.add(copy_id)
                 self._record_copy(item, copy_id, parent.id, depth)
-                plan = fact_from_descriptor(item.descriptor_data(), copy_id, created_at)
-                assert plan.data is not None
-                new_facts.append(plan.data)
+                new_facts.append(fact)
                 if item.level is not None:
                     self.level(item.level, _Parent(copy_id, draft.session_dir, lock, depth))
                 lock.release()
@@ -893,7 +891,7 @@ class _Walker:
         items: list[_Copy],
         parent_id: str,
         depth: int,
-        ready: list[tuple[_Copy, str, int, writer.Draft]],
+        ready: list[tuple[_Copy, str, dict[str, Any], writer.Draft]],
     ) -> None:
         """Draft each copy of a batch into ``ready``; one that cannot be drafted fails alone."""
         taken: set[str] = set()
@@ -903,7 +901,7 @@ class _Walker:
             try:
                 if parent_id in self.created:
                     self.sync()  # a copy's header names its parent: that parent must be durable
-                copy_id, created_at, draft = self._draft(item, parent_id, depth, taken)
+                copy_id, fact, draft = self._draft(item, parent_id, depth, taken)
             except DshForkError as exc:
                 self._fail(source.id, exc.code, f"{source.id}: the copy was not written: {exc}")
                 continue
@@ -912,17 +910,21 @@ class _Walker:
                 self._fail(source.id, error.code, f"{source.id}: the copy was not written: {error}")
                 continue
             taken.add(copy_id)
-            ready.append((item, copy_id, created_at, draft))
+            ready.append((item, copy_id, fact, draft))
 
     def _draft(
         self, item: _Copy, parent_id: str, depth: int, taken: set[str]
-    ) -> tuple[str, int, writer.Draft]:
+    ) -> tuple[str, dict[str, Any], writer.Draft]:
         """The copy to write (semantics §1.5, §4.4.1): S's events ``0..K(S)-1`` verbatim,
-        the marker, S's descriptor, in a new session dir."""
+        the marker, S's descriptor, in a new session dir; and the catalog fact that will
+        name it in its parent, from the same parse of the descriptor."""
         prefix, item.prefix = item.prefix, None  # held no longer than the copy needs it
         assert prefix is not None
         copy_id = seeded.fresh_id(self.root, self.new_id, taken, exists=self._exists)
         created_at = self.clock()
+        descriptor = item.descriptor_data()
+        fact = fact_from_descriptor(descriptor, copy_id, created_at).data
+        assert fact is not None  # the plan made it once already (``_classify``)
         plan = seeded.plan_prefix(
             prefix,
             session_id=copy_id,
@@ -930,13 +932,13 @@ class _Walker:
             parent_session=parent_id,
             origin="subagent",
             depth=depth,
-            own=[("subagent/descriptor", item.descriptor_data())],
+            own=[("subagent/descriptor", descriptor)],
         )
         if self.workspace is not None:  # a fork moved to another workspace: copies follow
             plan.cwd = rebase_cwd(plan.cwd, *self.workspace)
         draft = seeded.draft_prefix(self.root, plan, prefix, deferred=self.unsynced)
         self._names.add(draft.session_dir.name)
-        return copy_id, created_at, draft
+        return copy_id, fact, draft
 
     def _exists(self, session_id: str) -> bool:
         """Whether a session dir of the root is named for this id: from the listing (made
