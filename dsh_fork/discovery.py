@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -636,9 +636,11 @@ def _list_jobs(
     the child only reads (never writes, never locks) and its entries are the ones this
     process would have made, or, if it fails, this process lists its dirs itself."""
 
+    glancing = _glancing() if glance else None
+
     def run(part: list[str | SessionEntry]) -> list[SessionEntry | None]:
         entries = [
-            e if isinstance(e, SessionEntry) else _list_entry(e, glance, sizes) for e in part
+            e if isinstance(e, SessionEntry) else _list_entry(e, glancing, sizes) for e in part
         ]
         if sizes:
             for entry in entries:
@@ -706,11 +708,27 @@ def _raw_value(line: bytes) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _list_entry(dir_text: str, glance: bool = False, sizes: bool = False) -> SessionEntry | None:
+class _Glancing(NamedTuple):
+    """How ``list`` reads and folds a small log (``leanlog``): looked up once per listing,
+    since an import statement run per dir cost more than a microsecond each time."""
+
+    max_bytes: int
+    fold: Callable[[bytes, Header, str, int], Glance | None]
+
+
+def _glancing() -> _Glancing:
+    from . import leanlog  # only ``list`` folds: other commands never import it
+
+    return _Glancing(leanlog.LEAN_MAX_BYTES, leanlog.fold_listed)
+
+
+def _list_entry(
+    dir_text: str, glancing: _Glancing | None = None, sizes: bool = False
+) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
     raw header line of the highest one (validated later, on first use), and with ``sizes``
-    its sizes from the same listing. A dir that cannot be listed, or whose log cannot be
-    opened, is an entry with its error."""
+    its sizes from the same listing; with ``glancing`` a small log's row facts too. A dir
+    that cannot be listed, or whose log cannot be opened, is an entry with its error."""
     sized: tuple[int, int] | None = None
     try:
         if sizes:
@@ -731,8 +749,8 @@ def _list_entry(dir_text: str, glance: bool = False, sizes: bool = False) -> Ses
             generation = entry.generation
             assert generation is not None
             read_header(generation)  # raises the future-generation refusal
-        if glance and encoding == "zstd" and version >= 2:
-            line, whole, mtime_ms = _read_small(dir_text + os.sep + name)
+        if glancing is not None and encoding == "zstd" and version >= 2:
+            line, whole, mtime_ms = _read_small(dir_text + os.sep + name, glancing.max_bytes)
         else:
             line = read_header_line(dir_text + os.sep + name, encoding)
     except DshForkError as exc:
@@ -751,28 +769,23 @@ def _list_entry(dir_text: str, glance: bool = False, sizes: bool = False) -> Ses
         return entry
     entry._line = line
     entry._lin = _Lineage.of(_raw_value(line))
-    if whole is not None:
-        from .leanlog import fold  # only ``list`` folds: other commands never import it
-
+    if whole is not None and glancing is not None:
         header = entry.header
         if header is not None:
-            where = dir_text + os.sep + name
-            entry.glance = fold(whole, header, where, mtime_ms, header_read=True)
+            entry.glance = glancing.fold(whole, header, dir_text + os.sep + name, mtime_ms)
             entry.glanced = True
     return entry
 
 
-def _read_small(path: str) -> tuple[bytes, bytes | None, int]:
+def _read_small(path: str, max_bytes: int) -> tuple[bytes, bytes | None, int]:
     """(header line, the whole log or None, its mtime in ms) from one read: a log within
-    ``LEAN_MAX_BYTES`` is read whole, a larger one as ``read_header_line`` reads it. The header
+    ``max_bytes`` is read whole, a larger one as ``read_header_line`` reads it. The header
     line comes from ``frames.first_line`` or, in any doubt, from ``read_header_line`` itself,
     which gives the verdict; then no whole log is offered."""
-    from .leanlog import LEAN_MAX_BYTES
-
     fd = open_regular(path)  # never through a link, never blocking on a FIFO
     try:
         stat = os.fstat(fd)
-        small = stat.st_size <= LEAN_MAX_BYTES
+        small = stat.st_size <= max_bytes
         data = os.read(fd, stat.st_size + 1 if small else HEADER_FIRST_READ)
     finally:
         os.close(fd)

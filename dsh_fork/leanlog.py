@@ -80,6 +80,11 @@ def fold(
         return None
 
 
+def fold_listed(data: bytes, header: Header, where: str, mtime_ms: int) -> Glance | None:
+    """``fold`` of the bytes a listing read whole, its header line taken from them."""
+    return fold(data, header, where, mtime_ms, header_read=True)
+
+
 def _fold(
     data: bytes, header: Header, where: str, mtime_ms: int, header_read: bool
 ) -> Glance | None:
