@@ -94,6 +94,18 @@ class Group:
         self.inherited += usage.inherited or 0
         self.saving += usage.saving
 
+    def merge(self, other: Group) -> None:
+        self.sessions += other.sessions
+        self.bytes += other.bytes
+        self.inherited += other.inherited
+        self.saving += other.saving
+
+    @classmethod
+    def of(cls, name: str, usage: SessionUsage) -> Group:
+        """A group of one session, made at once (most families of a large root are one
+        session: no empty group and no ``add`` call per session)."""
+        return cls(name, 1, usage.bytes, usage.inherited or 0, usage.saving)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -117,9 +129,11 @@ class DiskUsage(ReadOnly):
 
     @property
     def total(self) -> Group:
+        """The sums of the project groups: every session is in exactly one of them, and a
+        root has far fewer project dirs than sessions."""
         total = Group("total")
-        for usage in self.sessions:
-            total.add(usage)
+        for project in self.projects:
+            total.merge(project)
         return total
 
     def to_json(self) -> dict[str, Any]:
@@ -223,14 +237,26 @@ def _largest_first(items: list[_Sized], name: str) -> list[_Sized]:
     return items
 
 
+def _add_to_project(projects: dict[str, Group], node: Node, usage: SessionUsage) -> None:
+    project = node.project
+    summed = projects.get(project)
+    if summed is None:
+        projects[project] = Group.of(project, usage)
+    else:
+        summed.add(usage)
+
+
 def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsage:
     present = {node.id for node in forest.nodes()}
     sessions: list[SessionUsage] = []
     families: list[Group] = []
     projects: dict[str, Group] = {}
     for head in forest.tops:
-        group = Group(head.id)
-        stack = [head]
+        usage = _usage(head, head.id, present, measured)
+        sessions.append(usage)
+        group = Group.of(head.id, usage)
+        _add_to_project(projects, head, usage)
+        stack = list(head.children)
         while stack:
             node = stack.pop()
             if node.children:
@@ -238,11 +264,7 @@ def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsa
             usage = _usage(node, head.id, present, measured)
             sessions.append(usage)
             group.add(usage)
-            project = node.project
-            summed = projects.get(project)
-            if summed is None:
-                summed = projects[project] = Group(project)
-            summed.add(usage)
+            _add_to_project(projects, node, usage)
         families.append(group)
     result = DiskUsage(
         root=forest.root,
