@@ -8,7 +8,7 @@ tail or stop silently at the first frame.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -40,6 +40,12 @@ level 3 uses 2 MiB, and even level 19 only 8 MiB)."""
 _FEED = 256
 """Compressed bytes per step of the bounded streaming decode: at most 64 blocks, so the output
 can overshoot the bound by 8 MiB at most before it is noticed."""
+
+PIECES_MIN_PLAINTEXT = 4 * 1024 * 1024
+"""A frame whose blocks may decode to more than this reaches ``map_frames``' reduction in
+pieces as it decodes, so that the whole plaintext of a large frame is never held at once."""
+PIECE_BYTES = 256 * 1024
+"""The plaintext of such a frame is handed on about this many bytes at a time."""
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
 T = TypeVar("T")
@@ -299,6 +305,45 @@ def content_size(data: bytes | memoryview, frame: Frame, origin: int = 0) -> int
     return value + 256 if width == 2 else value
 
 
+def decode_pieces(
+    view: memoryview, frame: Frame, index: int, limit: int = MAX_FRAME_PLAINTEXT, origin: int = 0
+) -> Generator[bytes, None, None]:
+    """The plaintext of one frame in pieces of about ``PIECE_BYTES``, as the reference decode
+    (``_decode_stream``) makes it: the same bound, the same checksum check by libzstd, the same
+    defects named, raised when they are reached (the pieces before a defect were yielded)."""
+    declared = content_size(view, frame, origin)
+    if declared is not None and declared > limit:
+        raise _too_large(frame, index, limit)
+    obj = _DECOMPRESSOR.decompressobj()
+    body = view[frame.start - origin : frame.end - origin]
+    parts: list[bytes] = []
+    held = 0
+    total = 0
+    pos = 0
+    while pos < len(body) and not obj.eof:
+        try:
+            piece = obj.decompress(body[pos : pos + _FEED])
+        except zstandard.ZstdError as exc:
+            raise _corrupt(f"frame does not decode ({exc})", frame.start, index) from None
+        pos += _FEED
+        total += len(piece)
+        if total > limit:
+            parts.clear()
+            raise _too_large(frame, index, limit)
+        if piece:
+            parts.append(piece)
+            held += len(piece)
+            if held >= PIECE_BYTES:
+                joined = b"".join(parts)
+                parts, held = [], 0  # before the yield: the parts are not held beside it
+                yield joined
+                del joined
+    if not obj.eof or obj.unused_data or pos < len(body):
+        raise _corrupt("frame does not end where its structure says", frame.start, index)
+    if parts:
+        yield b"".join(parts)
+
+
 def _decode_bounded(
     dctx: zstandard.ZstdDecompressor,
     view: memoryview,
@@ -341,7 +386,7 @@ def decode_many(
     Each frame is bounded (``MAX_FRAME_PLAINTEXT``); a caller that keeps every plaintext
     (a legacy body expanded whole) also bounds their sum with ``total_limit``.
     """
-    plaintexts = _map_part(_source(data), frames, _plain, first_index)
+    plaintexts = _map_part(_source(data), frames, _plain, first_index, pieces=False)
     if total_limit is None:
         return plaintexts
     return _bounded_total(plaintexts, frames, first_index, total_limit)
@@ -364,8 +409,9 @@ def _bounded_total(
             yield plaintext
 
 
-def _plain(plaintext: bytes) -> bytes:
-    return plaintext
+def _plain(pieces: Iterable[bytes]) -> bytes:
+    """A frame's plaintext as one object (given as one piece: returned as it is)."""
+    return b"".join(pieces)
 
 
 def _source(data: Data) -> memoryview | FileBytes:
@@ -375,11 +421,14 @@ def _source(data: Data) -> memoryview | FileBytes:
 def map_frames(
     data: Data,
     frames: Sequence[Frame],
-    then: Callable[[bytes], T],
+    then: Callable[[Iterable[bytes]], T],
     first_index: int = 0,
 ) -> Generator[T, None, None]:
-    """``then(plaintext)`` of every frame in order, each frame decoded and checksum-verified
-    as ``decode`` does.
+    """``then(pieces)`` of every frame in order, each frame decoded and checksum-verified
+    as ``decode`` does. ``pieces`` is the frame's plaintext: one piece, or for a frame whose
+    blocks may decode to more than ``PIECES_MIN_PLAINTEXT`` a few pieces read as they decode
+    (``decode_pieces``), so ``then`` holds one piece at a time if it wishes; a defect of such
+    a frame is raised while ``then`` reads it.
 
     ``first_index`` is the index of ``frames[0]`` in the file (for error messages). A large
     log is split in two: a child process (``parallel``) maps the later frames while this
@@ -397,21 +446,27 @@ def map_frames(
 def _map_part(
     data: memoryview | FileBytes,
     frames: Sequence[Frame],
-    then: Callable[[bytes], T],
+    then: Callable[[Iterable[bytes]], T],
     first_index: int,
+    *,
+    pieces: bool = True,
 ) -> Generator[T, None, None]:
+    """``map_frames`` in this process; with ``pieces`` a large frame is given in pieces."""
     dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
     k = first_index
     for view, origin, group in _windows(data, frames):
         for frame in group:
-            yield then(_decode_bounded(dctx, view, frame, k, MAX_FRAME_PLAINTEXT, origin))
+            if pieces and frame.blocks * MAX_BLOCK_SIZE > PIECES_MIN_PLAINTEXT:
+                yield then(decode_pieces(view, frame, k, MAX_FRAME_PLAINTEXT, origin))
+            else:
+                yield then((_decode_bounded(dctx, view, frame, k, MAX_FRAME_PLAINTEXT, origin),))
             k += 1
 
 
 def _map_split(
     view: memoryview | FileBytes,
     frames: Sequence[Frame],
-    then: Callable[[bytes], T],
+    then: Callable[[Iterable[bytes]], T],
     first_index: int,
 ) -> Generator[T, None, None]:
     start = frames[0].start

@@ -98,7 +98,7 @@ def _fold(
     collected: list[Event] = []
     seq = 0
     for plaintext in zframes.decode_all(data, scan.frames[1:], 1):
-        first, count, hits = _summarize(plaintext)  # the full read's own per-frame check
+        first, count, hits = _summarize((plaintext,))  # the full read's own per-frame check
         if first != seq:
             return None
         for offset, line in hits:

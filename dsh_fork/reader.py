@@ -642,41 +642,67 @@ up to 64 MiB, and its lines as objects (with their envelopes) would take about t
 again; in pieces, the transient stays the plaintext and one piece's lines."""
 
 
-def summarizer(wanted: frozenset[str]) -> Callable[[bytes], _FrameSummary]:
+def summarizer(
+    wanted: frozenset[str], keep_from: int = 0
+) -> Callable[[Iterable[bytes]], _FrameSummary]:
     """The per-frame reduction, run wherever the frame is decoded (it reads only its argument):
     every line's envelope is checked, so each line a fork copies is one DSH accepts; the same
     check reads each line's type, which picks the lines of the types asked for. The lines are
     split and checked a piece of whole lines (about ``SUMMARY_PIECE`` bytes) at a time, so a
-    frame is usually one piece."""
+    frame is usually one piece; a large frame comes in pieces as it decodes
+    (``frames.map_frames``), and only a piece and its lines are held. ``keep_from``: lines
+    of a wanted type below this seq are checked but not kept (a writer re-reading the log
+    it read before needs only its own range, not a catalog fact per agent inherited)."""
 
     # The envelope check is imported only by the reads that check copied lines (start-up).
     from .envelopes import checked_run
 
-    def summarize(plaintext: bytes) -> _FrameSummary:
-        if not plaintext or plaintext[-1] != 0x0A:
-            return (-1, 0, [])
+    def summarize(pieces: Iterable[bytes]) -> _FrameSummary:
         first = -1
         count = 0
         hits: list[tuple[int, bytes]] = []
-        start = 0
-        end = len(plaintext)
-        while start < end:
-            stop = plaintext.find(b"\n", min(start + SUMMARY_PIECE, end - 1))
-            lines = plaintext[start:stop].split(b"\n")
-            checked = checked_run(lines, wanted)
-            if checked is None:
+        for lines in _line_groups(pieces):
+            checked = None if lines is None else checked_run(lines, wanted)
+            if lines is None or checked is None:
                 return (-1, 0, [])
             piece_first, offsets = checked
-            if start == 0:
+            if count == 0:
                 first = piece_first
             elif piece_first != first + count:  # the seqs must run on across pieces
                 return (-1, 0, [])
-            hits.extend((count + k, lines[k]) for k in offsets)
+            base = first + count
+            hits.extend((count + k, lines[k]) for k in offsets if base + k >= keep_from)
             count += len(lines)
-            start = stop + 1
         return (first, count, hits)
 
     return summarize
+
+
+def _line_groups(pieces: Iterable[bytes]) -> Iterator[list[bytes] | None]:
+    """The lines of a plaintext given in pieces, about ``SUMMARY_PIECE`` bytes of whole lines
+    at a time (one piece is split without copying it whole again); a final None when the
+    plaintext is empty or does not end with a line end (the frame holds a torn record)."""
+    carry = b""
+    empty = True
+    for piece in pieces:
+        text = carry + piece if carry else piece
+        carry = b""
+        del piece  # only ``text`` is held while its lines are checked
+        empty = empty and not text
+        start = 0
+        end = len(text)
+        while start < end:
+            stop = text.find(b"\n", min(start + SUMMARY_PIECE, end - 1))
+            if stop == -1:  # a piece cut inside a line: its whole lines now, the rest later
+                stop = text.rfind(b"\n", start)
+                if stop == -1:
+                    break
+            yield text[start:stop].split(b"\n")
+            start = stop + 1
+        carry = text[start:] if start < end else b""
+        del text
+    if carry or empty:
+        yield None
 
 
 def _index_frames(
@@ -694,7 +720,7 @@ def _index_frames(
     frame, a defect) the rest is read in one pass that groups frames into runs and names the
     first defect.
     """
-    summaries = zframes.map_frames(data, frames, summarizer(wanted), 1)
+    summaries = zframes.map_frames(data, frames, summarizer(wanted, collect_from), 1)
     chunks: list[Chunk] = []
     collected: list[Event] = []
     seq = 0

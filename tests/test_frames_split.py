@@ -9,7 +9,7 @@ threshold is lowered so that small fixture logs take the split path.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -60,6 +60,15 @@ def no_children_left() -> Callable[[], bool]:
     return lambda: not (child_pids() - before)
 
 
+def _whole(pieces: Iterable[bytes]) -> tuple[int, bytes]:
+    plaintext = b"".join(pieces)
+    return len(plaintext), plaintext
+
+
+def _size(pieces: Iterable[bytes]) -> int:
+    return sum(map(len, pieces))
+
+
 def flip_byte_in_frame(gen: Generation, frame_index: int) -> zframes.Frame:
     """Damage one compressed byte of a frame; its checksum no longer matches."""
     data = bytearray(gen.path.read_bytes())
@@ -86,7 +95,7 @@ def test_mapped_frames_equal_a_sequential_decode(
     gen, lines = forty_frames(root, clock)
     data = gen.path.read_bytes()
     frames = zframes.scan(data).frames[1:]
-    mapped = list(zframes.map_frames(data, frames, lambda p: (len(p), p), 1))
+    mapped = list(zframes.map_frames(data, frames, _whole, 1))
     assert [p for _, p in mapped] == [zframes.decode(data, f, i + 1) for i, f in enumerate(frames)]
     assert b"".join(p for _, p in mapped) == b"".join(lines)
     assert no_children_left()
@@ -105,7 +114,7 @@ def test_a_damaged_frame_raises_where_a_sequential_pass_raises(
             zframes.decode(data, frame, i + 1)
     seen: list[int] = []
     with pytest.raises(CorruptLog) as mapped:
-        for size in zframes.map_frames(data, frames, len, 1):
+        for size in zframes.map_frames(data, frames, _size, 1):
             seen.append(size)
     assert mapped.value.message == sequential.value.message
     assert mapped.value.details == sequential.value.details
@@ -118,7 +127,7 @@ def test_a_caller_that_stops_early_leaves_no_child(
 ) -> None:
     gen, _ = forty_frames(root, clock)
     data = gen.path.read_bytes()
-    mapped = zframes.map_frames(data, zframes.scan(data).frames[1:], len, 1)
+    mapped = zframes.map_frames(data, zframes.scan(data).frames[1:], _size, 1)
     next(mapped)
     mapped.close()
     assert no_children_left()

@@ -3,6 +3,7 @@ prefixes, plain and older generations, torn tails."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -615,13 +616,152 @@ def test_a_frame_checked_in_pieces_gets_the_verdict_of_one_check(
         items = [item for item in items if isinstance(item, tuple)] or [(3, "a")]
         items = [(3 + k, kind) for k, (_, kind) in enumerate(items)]
     plaintext = _plaintext(items)
-    whole = reader.summarizer(frozenset({"b"}))(plaintext)
+    whole = reader.summarizer(frozenset({"b"}))((plaintext,))
     saved = reader.SUMMARY_PIECE
     reader.SUMMARY_PIECE = piece
     try:
-        pieces = reader.summarizer(frozenset({"b"}))(plaintext)
+        pieces = reader.summarizer(frozenset({"b"}))((plaintext,))
     finally:
         reader.SUMMARY_PIECE = saved
     assert pieces == whole
     if dense:
         assert whole[0] == 3 and whole[1] == len(items)
+
+
+@given(
+    items=_PIECE_LINES,
+    cuts=st.lists(st.integers(0, 2000), max_size=8),
+    piece=st.integers(1, 200),
+    keep_from=st.integers(0, 40),
+    torn=st.booleans(),
+)
+@example(items=[(3, "b"), (4, "b")], cuts=[0, 5, 5], piece=1, keep_from=4, torn=False)
+@example(items=[(3, "a")], cuts=[], piece=1, keep_from=0, torn=True)  # no line end at all
+def test_a_frame_given_in_pieces_as_it_decodes_gets_the_verdict_of_one_piece(
+    items: list[Any], cuts: list[int], piece: int, keep_from: int, torn: bool
+) -> None:
+    """A large frame reaches the summary in pieces cut anywhere, even inside a line or an
+    empty piece (``frames.decode_pieces``): the verdict is that of the whole plaintext, and
+    ``keep_from`` drops exactly the candidate lines below that seq, nothing else."""
+    plaintext = _plaintext(items)
+    if torn:
+        plaintext = plaintext[:-1]  # the last record has no line end
+    bounds = sorted({min(c, len(plaintext)) for c in cuts} | {0, len(plaintext)})
+    chunks = [plaintext[a:b] for a, b in itertools.pairwise(bounds)] or [b""]
+    if cuts and cuts[0] % 2:
+        chunks.insert(len(chunks) // 2, b"")  # an empty piece on the way
+    whole = reader.summarizer(frozenset({"b"}))((plaintext,))
+    saved = reader.SUMMARY_PIECE
+    reader.SUMMARY_PIECE = piece
+    try:
+        split = reader.summarizer(frozenset({"b"}))(iter(chunks))
+        kept = reader.summarizer(frozenset({"b"}), keep_from)(iter(chunks))
+    finally:
+        reader.SUMMARY_PIECE = saved
+    assert split == whole
+    if torn:
+        assert whole == (-1, 0, [])
+    first, count, hits = whole
+    assert kept == (first, count, [(k, line) for k, line in hits if first + k >= keep_from])
+
+
+def test_a_summary_of_no_plaintext_refuses_the_frame() -> None:
+    """An empty frame holds no line: its summary sends it to the full pass, as before."""
+    assert reader.summarizer(frozenset({"b"}))((b"",)) == (-1, 0, [])
+    assert reader.summarizer(frozenset({"b"}))(iter([b"", b""])) == (-1, 0, [])
+
+
+# -- a large frame is decoded in pieces -------------------------------------------------------
+
+
+def _event_lines(count: int, pad: int = 0) -> list[bytes]:
+    """Dense events from seq 0: every fifth of type b (the type collected), the rest a."""
+    return [
+        orjson.dumps(
+            {"type": "b" if k % 5 == 0 else "a", "seq": k, "time": 1, "data": {"p": "x" * pad}}
+        )
+        for k in range(count)
+    ]
+
+
+def _frames_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every frame decoded in pieces of a few hundred bytes, as a frame of many MiB is."""
+    monkeypatch.setattr(zframes, "PIECES_MIN_PLAINTEXT", 0)
+    monkeypatch.setattr(zframes, "PIECE_BYTES", 300)
+
+
+def _indexed(generation: Generation, collect_from: int = 0) -> tuple[Any, ...]:
+    log = open_log(generation, collect=("b",), collect_from=collect_from)
+    return (
+        log.event_count,
+        [(c.first_seq, c.count, [f.start for f in c.frames]) for c in log.chunks],
+        [e.raw for e in log.collected],
+    )
+
+
+@pytest.mark.parametrize("collect_from", [0, 1, 700, 5000])
+def test_a_log_whose_frames_decode_in_pieces_is_indexed_as_when_each_decodes_whole(
+    root: Path, monkeypatch: pytest.MonkeyPatch, collect_from: int
+) -> None:
+    """The index and the collected events of a log are the same whether each frame is
+    decoded whole or in pieces cut inside lines; ``collect_from`` keeps the same events."""
+    lines = _event_lines(1200, pad=40)
+    bodies = [b"".join(line + b"\n" for line in part) for part in (lines[:500], lines[500:])]
+    generation = write_raw_log(root, bodies)
+    whole = _indexed(generation, collect_from)
+    _frames_in_pieces(monkeypatch)
+    assert _indexed(generation, collect_from) == whole
+    assert whole[0] == 1200
+    assert [orjson.loads(raw)["seq"] for raw in whole[2]] == [
+        k for k in range(0, 1200, 5) if k >= collect_from
+    ]
+
+
+def test_a_damaged_frame_decoded_in_pieces_is_refused_as_when_it_decodes_whole(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte changed anywhere in a body frame: the verdict (the same refusal, or the same
+    index) does not depend on whether the frame was decoded in pieces."""
+    lines = _event_lines(400, pad=20)
+    generation = write_raw_log(root, [b"".join(line + b"\n" for line in lines)])
+    original = generation.path.read_bytes()
+    body = zframes.scan(original).frames[1]
+
+    def verdict() -> Any:
+        try:
+            return _indexed(generation)
+        except CorruptLog as exc:
+            return str(exc)
+
+    refused = 0
+    for offset in range(body.start, body.end, max(1, body.size // 60)):
+        damaged = bytearray(original)
+        damaged[offset] ^= 0x5A
+        generation.path.write_bytes(bytes(damaged))
+        with monkeypatch.context() as patch:
+            _frames_in_pieces(patch)
+            in_pieces = verdict()
+        assert in_pieces == verdict(), offset
+        refused += isinstance(in_pieces, str)
+    assert refused > 0
+
+
+def test_a_large_frame_is_checked_without_holding_its_plaintext(root: Path) -> None:
+    """A frame of 24 MiB of lines is indexed while a piece of it is held: the read peaks
+    near 2 MB beyond the compressed log (decoded whole, the frame made it peak at 35 MB)."""
+    import tracemalloc
+
+    lines = _event_lines(60_000, pad=380)
+    plaintext = b"".join(line + b"\n" for line in lines)
+    assert len(plaintext) > 24 << 20
+    generation = write_raw_log(root, [plaintext])
+    compressed = generation.path.stat().st_size
+    del lines, plaintext
+    tracemalloc.start()
+    try:
+        log = open_log(generation, collect=("b",), collect_from=60_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert log.event_count == 60_000 and log.collected == []
+    assert peak - compressed < 4 << 20, peak
