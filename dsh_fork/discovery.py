@@ -200,13 +200,18 @@ class SessionEntry:
     def generation(self) -> Generation | None:
         return select(self.generations)
 
-    def forget_paths(self) -> None:
-        """Drop the ``Path`` and ``Generation`` objects built on use; a listed entry builds
-        them again from its text when next asked (a plan over thousands of sources keeps
-        none of them). Any other entry keeps them: they are all it has."""
+    def forget(self) -> None:
+        """Return a listed entry to its listed form: drop the ``Path``, ``Generation`` and
+        parsed header objects built on use, each built again from the entry's text and
+        header line when next asked for (a plan over thousands of sources keeps none of
+        them). An entry whose header was refused keeps its error; any other entry keeps what
+        it has: that is all it has."""
         if self._listed:
             self._dir = None
             self._generations = None
+            header = self._header
+            if header is not None and self._line is None and self._error is None:
+                self._line, self._header = header.raw, None
 
     @property
     def encodings(self) -> set[str]:

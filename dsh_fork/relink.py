@@ -624,7 +624,7 @@ class _Planner:
         if isinstance(prefix.run, bytes):
             self.held += len(prefix.run)
         source.log = source.facts = None  # the log is not needed again: memory stays flat
-        entry.forget_paths()  # nor the paths opening it built: rebuilt if ever asked for
+        entry.forget()  # nor the paths and header opening it built: rebuilt if asked for
         below = self.level(sub.with_chain(chain), [], set())
         item = _Copy(source, inherited, encoded, None if below.is_empty() else below)
         item.prefix = prefix

@@ -147,7 +147,8 @@ class RunRef:
     """A verbatim run left in its source file: reopened when it is written, and refused as
     SESSION_STALE if the file is no longer the one read (``source.Identity``)."""
 
-    path: Path
+    path: str
+    """The source log's path as text: a plan of thousands of copies keeps no ``Path``."""
     identity: Identity
     start: int
     end: int
@@ -165,7 +166,7 @@ class RunRef:
         if not same:
             os.close(fd)
             raise stale(self.path)
-        return FileRun(FileBytes(fd, self.path, self.identity), self.start, self.end)
+        return FileRun(FileBytes(fd, Path(self.path), self.identity), self.start, self.end)
 
 
 @dataclass(eq=False, slots=True)
@@ -198,14 +199,14 @@ def take(
     run, _, tail = source.prefix_run(inherited - 1)
     held: bytes | RunRef
     if isinstance(run, FileRun):
-        held = RunRef(source.path, run.source.identity, run.start, run.end)
+        held = RunRef(source.where, run.source.identity, run.start, run.end)
     elif hold or not run:
         held = bytes(run)
     else:
         count, _ = source.prefix_frames(inherited - 1)
         start, end = source.body_frames[0].start, source.body_frames[count - 1].end
         same = end - start == len(run)  # the run is those frames, adjacent in the file
-        held = RunRef(source.path, source.identity, start, end) if same else bytes(run)
+        held = RunRef(source.where, source.identity, start, end) if same else bytes(run)
     return Prefix(
         source.header.cwd,
         preset(facts, inherited),

@@ -22,7 +22,7 @@ from dsh_fork.errors import (
     UsageError,
 )
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
-from dsh_fork.generations import Encoding
+from dsh_fork.generations import CURRENT_NAME, Encoding
 from dsh_fork.layout import encode_segment
 from dsh_fork.reader import open_log, read_header
 
@@ -608,9 +608,9 @@ def test_a_registered_session_reads_as_a_fresh_listing_would(tmp_path: Path) -> 
     assert [e.id for e in listed.children_of(parent.id)] == [child.id]
 
 
-def test_a_listed_entry_that_forgets_its_paths_answers_as_before(tmp_path: Path) -> None:
-    """A plan over thousands of sources drops the Paths opening each one built
-    (``forget_paths``); the entry builds equal ones again when next asked."""
+def test_a_listed_entry_that_forgets_what_it_built_answers_as_before(tmp_path: Path) -> None:
+    """A plan over thousands of sources drops the Paths and the parsed header opening each
+    one built (``forget``); the entry builds equal ones again when next asked."""
     root = tmp_path / "sessions"
     clock = Clock()
     spec = SessionSpec(id="session-P", created_at=clock(), cwd="/work/p")
@@ -620,6 +620,26 @@ def test_a_listed_entry_that_forgets_its_paths_answers_as_before(tmp_path: Path)
     assert entry is not None
     before = (entry.session_dir, entry.generation, entry.header)
     assert entry._dir is not None and entry._generations is not None
-    entry.forget_paths()
-    assert entry._dir is None and entry._generations is None
+    entry.forget()
+    assert entry._dir is None and entry._generations is None and entry._header is None
     assert (entry.session_dir, entry.generation, entry.header) == before
+    assert entry.header is not before[2]  # parsed again from the kept line
+
+
+def test_a_listed_entry_whose_header_is_refused_keeps_its_error_when_it_forgets(
+    tmp_path: Path,
+) -> None:
+    """``forget`` keeps a refusal as it is: the entry is not turned back into a line that
+    would be judged again."""
+    root = tmp_path / "sessions"
+    spec = SessionSpec(id="session-Q", created_at=Clock()(), cwd="/work/q")
+    session_dir = spec.publish(root)
+    fields = orjson.loads(spec.header_line())
+    fields["createdAt"] = "soon"  # a header DSH refuses
+    log = session_dir / CURRENT_NAME
+    write_log_file(log, orjson.dumps(fields), [])
+    (entry,) = Root(root).entries()
+    error = entry.error
+    assert error is not None and entry.header is None
+    entry.forget()
+    assert entry.error is error and entry.header is None

@@ -805,7 +805,7 @@ def test_runs_reread_from_their_files_make_the_same_copies(
     shutil.copytree(held.parent, reread.parent)
     first = run(held, fork.id)
     monkeypatch.setattr(relink_module, "HELD_RUNS_MAX", 0)
-    reopened: list[Path] = []
+    reopened: list[str] = []
     plain_open = seeded.RunRef.open
 
     def counting_open(ref: seeded.RunRef) -> FileRun:
