@@ -681,14 +681,24 @@ def summarizer(
 def _line_groups(pieces: Iterable[bytes]) -> Iterator[list[bytes] | None]:
     """The lines of a plaintext given in pieces, about ``SUMMARY_PIECE`` bytes of whole lines
     at a time (one piece is split without copying it whole again); a final None when the
-    plaintext is empty or does not end with a line end (the frame holds a torn record)."""
-    carry = b""
+    plaintext is empty or does not end with a line end (the frame holds a torn record).
+    A line that runs on across pieces is kept as its pieces and joined once it ends, so text
+    that never ends a line (a decompression bomb) is never copied while it grows."""
+    pending: list[bytes] = []
     empty = True
     for piece in pieces:
-        text = carry + piece if carry else piece
-        carry = b""
+        if not piece:
+            continue
+        empty = False
+        if pending:
+            pending.append(piece)
+            if piece.find(b"\n") == -1:
+                continue
+            text = b"".join(pending)
+            pending = []
+        else:
+            text = piece
         del piece  # only ``text`` is held while its lines are checked
-        empty = empty and not text
         start = 0
         end = len(text)
         while start < end:
@@ -699,9 +709,10 @@ def _line_groups(pieces: Iterable[bytes]) -> Iterator[list[bytes] | None]:
                     break
             yield text[start:stop].split(b"\n")
             start = stop + 1
-        carry = text[start:] if start < end else b""
+        if start < end:
+            pending.append(text[start:])
         del text
-    if carry or empty:
+    if pending or empty:
         yield None
 
 
