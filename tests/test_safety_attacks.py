@@ -365,12 +365,15 @@ def _limited(megabytes: int) -> Any:
 
 
 def _peak_rss_mb(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run the CLI in a child limited to 700 MB of address space; its peak RSS."""
+    """Run the CLI in a child limited to 700 MB of address space; its peak RSS. That is the
+    image's own high-water mark (``VmHWM``): Linux starts ``ru_maxrss`` at the size of the
+    process the child was forked from, and a long test run makes that the test process."""
     code = (  # the peak is written when main returns or leaves at once (``os._exit``)
-        "import os, resource, runpy, sys\n"
+        "import os, runpy, sys\n"
         "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
         "def peak():\n"
-        "    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "    with open('/proc/self/status') as status:\n"
+        "        kb = next(int(l.split()[1]) for l in status if l.startswith('VmHWM:'))\n"
         "    sys.stderr.write(f'PEAK_RSS_KB={kb}\\n')\n"
         "leave = os._exit\n"
         "def report(code):\n"
