@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -322,6 +323,21 @@ class SessionEntry:
         return 0
 
 
+SETTLED_NS = 3_000_000_000
+"""How long before its listing a project dir must have last changed for an unchanged mtime to
+mean unchanged names (``Root.unknown_texts``): longer than the coarsest time stamps (FAT's
+2 s)."""
+
+
+class _ProjectListing(NamedTuple):
+    """A project dir as ``Root.unknown_texts`` last listed it."""
+
+    mark: tuple[int, int, int] | None
+    """(inode, mtime, ctime) when they were settled at that listing, else None."""
+    unknown: list[str]
+    """Its candidate dirs the listing did not know then."""
+
+
 @dataclass
 class Root:
     path: Path
@@ -331,6 +347,10 @@ class Root:
     _suffixes: set[str] | None = field(default=None, repr=False)
     """The encodings of the listed entries, kept with them (relink asks once per fork child)."""
     _unlisted: list[SessionEntry] = field(default_factory=list, repr=False)
+    _texts: set[str] | None = field(default=None, repr=False)
+    """The dir texts of the listed entries (``listed_texts``), kept with them."""
+    _seen: dict[str, _ProjectListing] = field(default_factory=dict, repr=False)
+    """What ``unknown_texts`` found in each project dir when it last listed it."""
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -348,10 +368,53 @@ class Root:
         for text in self.candidate_texts():
             yield Path(text)
 
-    def listed_texts(self) -> set[str]:
+    def listed_texts(self) -> Set[str]:
         """The dirs of the listed sessions as text (``SessionEntry.dir_text``): what a run
-        compares ``candidate_texts`` with to find the dirs the listing does not know."""
-        return {entry.dir_text for entry in self.entries()}
+        compares ``candidate_texts`` with to find the dirs the listing does not know. Kept
+        with the listing (``register`` adds to it): relink asks once per fork child."""
+        if self._texts is None:
+            self._texts = {entry.dir_text for entry in self.entries()}
+        return self._texts
+
+    def unknown_texts(self) -> list[str]:
+        """The candidate session dirs (as text) the listing does not know, in order: what
+        another run made since the root was listed, and the dirs that hold no session.
+
+        relink asks this once per fork child, so a ``relink --all`` does not list every
+        project dir of a large root again for each: a project dir whose inode, mtime and
+        ctime are those it had when this method last listed it, stamped at least
+        ``SETTLED_NS`` before that listing, holds the same names (creating or removing a
+        dir in it changes its mtime and ctime). Of such a dir only the unknown dirs found
+        then are given again: any of them may hold a session by now. A dir changed within
+        ``SETTLED_NS`` of its listing is listed again each time, since a file system stamps
+        times coarsely and a change in the same stamp would keep its mtime."""
+        known = self.listed_texts()
+        found: list[str] = []
+        for project in self.project_dirs():
+            base = str(project)
+            listed_at = time.time_ns()
+            try:
+                st = os.stat(base)
+            except OSError:
+                st = None
+            mark = None if st is None else (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            seen = self._seen.get(base)
+            if mark is not None and seen is not None and seen.mark == mark:
+                found.extend(text for text in seen.unknown if text not in known)
+                continue
+            try:
+                names = _subdir_names(project)
+            except OSError:  # named by the listing (``unlisted``), as before
+                self._seen.pop(base, None)
+                continue
+            prefix = base if base.endswith(os.sep) else base + os.sep
+            unknown = [prefix + name for name in names if prefix + name not in known]
+            settled = st is not None and max(st.st_mtime_ns, st.st_ctime_ns) < (
+                listed_at - SETTLED_NS
+            )
+            self._seen[base] = _ProjectListing(mark if settled else None, unknown)
+            found.extend(unknown)
+        return found
 
     def candidate_texts(self) -> Iterator[str]:
         """``candidate_dirs`` as text, the form of ``SessionEntry.dir_text``: a run that looks
@@ -538,6 +601,8 @@ class Root:
             entry = SessionEntry(session_dir, generations)
             entry.header = read_header(generations[-1])
         self._entries.append(entry)
+        if self._texts is not None:
+            self._texts.add(entry.dir_text)
         if self._suffixes is not None:
             self._suffixes.update(entry.encodings)
         if self._children is not None and entry.parent is not None:
@@ -548,6 +613,8 @@ class Root:
 
     def invalidate(self) -> None:
         self._entries = None
+        self._texts = None
+        self._seen.clear()
         self._unlisted = []
         self._children = None
         self._by_id = None

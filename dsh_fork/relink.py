@@ -1094,16 +1094,14 @@ def _refresh(root: Root) -> list[Path]:
     before the lock (two runs at once never both copy one child). Only dirs the listing does
     not know are read, so a ``relink --all`` over many fork children stays cheap.
     """
-    known = root.listed_texts()  # text: no Path hashed per dir
     left: list[Path] = []
-    for text in root.candidate_texts():
-        if text not in known:
-            session_dir = Path(text)
-            entry = None
-            with contextlib.suppress(DshForkError, OSError):
-                entry = root.register(session_dir)
-            if entry is None:
-                left.append(session_dir)
+    for text in root.unknown_texts():  # text: no Path hashed per dir
+        session_dir = Path(text)
+        entry = None
+        with contextlib.suppress(DshForkError, OSError):
+            entry = root.register(session_dir)
+        if entry is None:
+            left.append(session_dir)
     return left
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -643,3 +644,77 @@ def test_a_listed_entry_whose_header_is_refused_keeps_its_error_when_it_forgets(
     assert error is not None and entry.header is None
     entry.forget()
     assert entry.error is error and entry.header is None
+
+
+# -- the dirs a listing does not know, asked again (relink, once per fork child) -------------
+
+
+def _settled_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Root]:
+    """A root with one session and one empty dir in a project dir, listed. Its last change
+    counts as settled (``SETTLED_NS`` 0: a test cannot put a ctime back in the past)."""
+    monkeypatch.setattr(discovery, "SETTLED_NS", 0)
+    root = tmp_path / "sessions"
+    spec = SessionSpec(id="session-A", created_at=Clock()(), cwd="/work/a")
+    project = spec.publish(root).parent
+    (project / "not-yet").mkdir()
+    time.sleep(0.01)  # the listing comes after the last change, on a coarse clock too
+    listed = Root(root)
+    listed.entries()
+    return root, project, listed
+
+
+def _counting_listings(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    listed: list[Path] = []
+    plain = discovery._subdir_names
+
+    def counting(project: Path) -> list[str]:
+        listed.append(project)
+        return plain(project)
+
+    monkeypatch.setattr(discovery, "_subdir_names", counting)
+    return listed
+
+
+def test_an_unchanged_project_dir_is_not_listed_again_but_its_unknown_dirs_are_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second ask lists no project dir whose inode, mtime and ctime are unchanged since
+    the first, and still gives the dir that held no session (it may hold one by now)."""
+    _, project, listed = _settled_root(tmp_path, monkeypatch)
+    listings = _counting_listings(monkeypatch)
+    empty = str(project / "not-yet")
+    assert listed.unknown_texts() == [empty]
+    assert listed.unknown_texts() == [empty]
+    assert listings == [project]
+
+
+def test_a_dir_made_in_a_listed_project_dir_is_found_even_with_its_mtime_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session another run made after the listing changes its project dir's mtime and
+    ctime; putting the mtime back (``touch -d``) cannot hide it, since ctime still moved."""
+    root, project, listed = _settled_root(tmp_path, monkeypatch)
+    assert listed.unknown_texts() == [str(project / "not-yet")]
+    old = project.stat()
+    other = SessionSpec(id="session-B", created_at=Clock()(), cwd="/work/a")
+    made = other.publish(root)
+    os.utime(project, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert project.stat().st_mtime_ns == old.st_mtime_ns
+    assert listed.unknown_texts() == [str(project / "not-yet"), str(made)]
+    assert listed.register(made) is not None
+    assert listed.unknown_texts() == [str(project / "not-yet")]
+
+
+def test_a_project_dir_changed_just_before_its_listing_is_listed_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change within ``SETTLED_NS`` of a listing may share its time stamp with a later
+    change, so such a dir's unchanged mtime proves nothing: it is listed on each ask."""
+    root = tmp_path / "sessions"
+    project = SessionSpec(id="session-A", created_at=Clock()(), cwd="/work/a").publish(root).parent
+    listed = Root(root)
+    listed.entries()  # the project dir was changed a moment ago, within SETTLED_NS
+    listings = _counting_listings(monkeypatch)
+    listed.unknown_texts()
+    listed.unknown_texts()
+    assert listings == [project, project]
