@@ -19,7 +19,7 @@ import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -44,7 +44,7 @@ from .model import TURN_TYPES, Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
-from .records import Event
+from .records import Event, dumps_record, parse_line
 from .workspace import Workspace, moved_workspace, rebase_cwd
 
 LINEAGE_CYCLE = "lineage cycle"
@@ -353,6 +353,25 @@ class _Repair:
 
 
 _Item = _Fail | _Skip | _Uncat | _Copy | _Match
+
+
+class _NewFact(NamedTuple):
+    """A catalog fact the walk will append to a parent, held encoded until the append parses
+    it again (about 170 bytes, where its parsed dict takes about 700: a level of thousands
+    of copies holds one per copy until its parent's frame is written)."""
+
+    created_at: int
+    child_id: str
+    encoded: bytes
+
+    @classmethod
+    def of(cls, fact: dict[str, Any]) -> _NewFact:
+        encoded = bytes(memoryview(dumps_record(fact)))  # exactly its size (orjson keeps 4 KiB)
+        return cls(fact["childCreatedAt"], fact["childId"], encoded)
+
+    def data(self) -> Any:
+        """The fact as parsed values again (``dumps_record`` then ``parse_line``: equal)."""
+        return parse_line(self.encoded)[0]
 
 
 @dataclass(slots=True)
@@ -784,7 +803,7 @@ class _Walker:
 
     def level(self, level: _Level, parent: _Parent) -> None:
         self.summary.unrelated.extend(level.unrelated)
-        new_facts: list[dict[str, Any]] = []
+        new_facts: list[_NewFact] = []
         self._items(level, parent, new_facts)
         for outcome in level.existing_outcomes:
             if isinstance(outcome, _Fail):
@@ -795,7 +814,7 @@ class _Walker:
             self._repair_descriptor(child, data)
         self._append_to_parent(level, parent, new_facts)
 
-    def _items(self, level: _Level, parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
+    def _items(self, level: _Level, parent: _Parent, new_facts: list[_NewFact]) -> None:
         """Walk a level's items, in batches of copies. A plan is walked once: each item is
         freed once walked, so a wide tree's plan shrinks as its copies are written."""
         batch: list[_Copy] = []
@@ -837,7 +856,7 @@ class _Walker:
         if item.level is not None:
             self.level(item.level, _Parent(None, None, None, depth))
 
-    def _copies(self, items: list[_Copy], parent: _Parent, new_facts: list[dict[str, Any]]) -> None:
+    def _copies(self, items: list[_Copy], parent: _Parent, new_facts: list[_NewFact]) -> None:
         """Publish a batch of one level's copies together (``writer.publish_batch``: their
         fsyncs overlap), then walk each copy's subtree under the copy's own lock."""
         depth = parent.depth + 1
@@ -874,7 +893,7 @@ class _Walker:
                 assert lock is not None
                 self.created.add(copy_id)
                 self._record_copy(item, copy_id, parent.id, depth)
-                new_facts.append(fact)
+                new_facts.append(_NewFact.of(fact))
                 if item.level is not None:
                     self.level(item.level, _Parent(copy_id, draft.session_dir, lock, depth))
                 lock.release()
@@ -1005,9 +1024,7 @@ class _Walker:
             return
         self.summary.descriptors_repaired.extend(appended)
 
-    def _append_to_parent(
-        self, level: _Level, parent: _Parent, new_facts: list[dict[str, Any]]
-    ) -> None:
+    def _append_to_parent(self, level: _Level, parent: _Parent, new_facts: list[_NewFact]) -> None:
         """One frame for the parent: its lost descriptor, repair facts and the new copies'
         facts, sorted by (childCreatedAt, childId); ids already in its own range are skipped."""
         repaired = [r for r in level.repairs if r.fact is not None]
@@ -1017,8 +1034,8 @@ class _Walker:
                 self.summary.uncatalogable.append(
                     {"id": repair.child.id, "source": repair.source_id, "reason": repair.reason}
                 )
-        facts = [r.fact for r in repaired if r.fact is not None] + new_facts
-        facts.sort(key=lambda f: (f["childCreatedAt"], f["childId"]))
+        facts = [_NewFact.of(r.fact) for r in repaired if r.fact is not None] + new_facts
+        facts.sort(key=lambda f: (f.created_at, f.child_id))
         repaired_ids = {r.child.id for r in repaired}
         own_descriptor = level.own_descriptor
         if self.dry_run or parent.session_dir is None:
@@ -1031,21 +1048,20 @@ class _Walker:
         catalogued: list[str] = []
         descriptor_added: list[bool] = []
 
-        def build(log: SessionLog, current: Facts) -> list[writer.NewEvent]:
+        def build(log: SessionLog, current: Facts) -> Iterator[writer.NewEvent]:
+            """The events to append, each fact parsed as the writer takes it (one at a time)."""
             now = self.clock()
-            out: list[writer.NewEvent] = []
             if own_descriptor is not None and not current.own_descriptors():
-                out.append(("subagent/descriptor", now, own_descriptor))
                 descriptor_added.append(True)
+                yield ("subagent/descriptor", now, own_descriptor)
             present = {e.child_id for e in current.own_catalog()}
             for fact in facts:
-                if fact["childId"] in present:
+                if fact.child_id in present:
                     continue
-                present.add(fact["childId"])
-                out.append(("subagent/catalog", now, fact))
-                if fact["childId"] in repaired_ids:
-                    catalogued.append(fact["childId"])
-            return out
+                present.add(fact.child_id)
+                if fact.child_id in repaired_ids:
+                    catalogued.append(fact.child_id)
+                yield ("subagent/catalog", now, fact.data())
 
         assert parent.id is not None
         try:

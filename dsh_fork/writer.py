@@ -25,7 +25,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -755,7 +755,9 @@ class Appended:
     facts: Facts
 
 
-Builder = Callable[[SessionLog, Facts], list[NewEvent]]
+Builder = Callable[[SessionLog, Facts], Iterable[NewEvent]]
+"""What to append, given the log as it is under the lock; it may be a generator, which the
+encoding consumes one event at a time."""
 
 
 @_io
@@ -799,10 +801,9 @@ def append(
         if cut and facts.cut != cut:  # not the log the caller read: the facts of all of it
             log = _read_for_write(dirs, collect)
             facts = facts_of(log)
-        new = build(log, facts)
-        if not new:
+        lines = _encode_new(build(log, facts), log.event_count, facts)
+        if not lines:
             return Appended(log.event_count, 0, repaired, log, facts)
-        lines = _encode_new(new, log.event_count, facts)
         _append_frame(dirs.session, log, b"".join(lines), len(log.data))
         return Appended(log.event_count, len(lines), repaired, log, facts)
     finally:
@@ -863,7 +864,7 @@ def _open_log_for_write(handle: DirFd, log: SessionLog, flags: int) -> int:
     return fd
 
 
-def _encode_new(new: list[NewEvent], first_seq: int, facts: Facts) -> list[bytes]:
+def _encode_new(new: Iterable[NewEvent], first_seq: int, facts: Facts) -> list[bytes]:
     """Seqs from the event count; catalog facts checked against DSH's schema and uniqueness."""
     own_ids = {entry.child_id for entry in facts.own_catalog()}
     lines: list[bytes] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import weakref
 from pathlib import Path
 from typing import Any
@@ -912,3 +913,20 @@ def test_an_append_given_the_cut_reparses_only_the_own_range(root: Path, clock: 
     own = [e.seq for e in full.catalog if e.seq > cut]
     assert seen[0] == (cut, own, full.own_catalog())
     assert seen[1] == (cut, [e.seq for e in full.catalog], full.own_catalog())
+
+
+def test_a_catalog_fact_held_encoded_parses_back_equal_even_with_a_lone_surrogate() -> None:
+    """The walk holds each new fact as its encoded line until its parent's append, which
+    parses it again: the values are those it was made of, a label with a lone surrogate
+    (descriptor data DSH accepted leniently) included, and the bytes are exactly sized."""
+    fact = {
+        "version": 0,
+        "childId": "session-c",
+        "childCreatedAt": 1_767_225_603_750,
+        "mode": "continuable",
+        "label": "agent \ud800 1",
+    }
+    held = relink_module._NewFact.of(fact)
+    assert held.data() == fact
+    assert (held.created_at, held.child_id) == (1_767_225_603_750, "session-c")
+    assert sys.getsizeof(held.encoded) < len(held.encoded) + 64
