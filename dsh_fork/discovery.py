@@ -20,14 +20,15 @@ from .frames import first_line
 from .fsdir import not_regular, open_regular
 from .generations import (
     SUPPORTED_VERSION,
-    Encoding,
     Generation,
+    Names,
     dir_bytes,
     list_generations,
     parse_name,
     scan_names,
     scan_sized,
     select,
+    shared,
 )
 from .layout import decode_segment, encode_segment, expand_home, resolve_root
 from .lookup import expand_prefix
@@ -111,7 +112,7 @@ class SessionEntry:
     ) -> None:
         self._dir: Path | None = session_dir
         self._dir_text = ""
-        self._names: list[tuple[int, Encoding, str]] = []
+        self._names: Names = ()
         self._generations: list[Generation] | None = generations
         self._header = header
         self._error = error
@@ -127,7 +128,7 @@ class SessionEntry:
         """``generations.dir_bytes`` of the dir, when the listing measured it (``du``)."""
 
     @classmethod
-    def _from_listing(cls, dir_text: str, names: list[tuple[int, Encoding, str]]) -> SessionEntry:
+    def _from_listing(cls, dir_text: str, names: Names) -> SessionEntry:
         entry = cls.__new__(cls)
         entry._dir = None
         entry._dir_text = dir_text
@@ -145,9 +146,7 @@ class SessionEntry:
         return entry
 
     @classmethod
-    def _of_line(
-        cls, dir_text: str, names: list[tuple[int, Encoding, str]], line: bytes
-    ) -> SessionEntry:
+    def _of_line(cls, dir_text: str, names: Names, line: bytes) -> SessionEntry:
         """The listed form of a dir whose highest generation's header line is ``line``
         (without its newline): validated on first use. A run that registers thousands of
         copies so keeps no ``Path``, ``Generation`` or parsed header for any of them."""
@@ -592,7 +591,7 @@ class Root:
         if self._entries is None:
             return None
         if line is not None and generation is not None:  # as a listed entry: no Path kept
-            names = [(generation.version, generation.encoding, generation.path.name)]
+            names = shared(((generation.version, generation.encoding, generation.path.name),))
             entry = SessionEntry._of_line(str(session_dir), names, line)
         else:
             generations = [generation] if generation is not None else list_generations(session_dir)
@@ -655,7 +654,7 @@ def _subdir_names(project: Path) -> list[str]:
 
 def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> SessionEntry:
     """An entry for a dir that cannot be listed: named, with its error, never dropped."""
-    entry = SessionEntry._from_listing(dir_text, [])
+    entry = SessionEntry._from_listing(dir_text, ())
     reason = exc.strerror or str(exc) or type(exc).__name__
     entry.error = IoError(
         f"cannot read the {what} {dir_text}: {reason}",
@@ -683,7 +682,7 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
         return _unlisted(dir_text, exc)
     if stat.S_ISREG(mode):
         return None
-    entry = SessionEntry._from_listing(dir_text, [])
+    entry = SessionEntry._from_listing(dir_text, ())
     entry.error = not_regular(path, mode)
     return entry
 
@@ -694,9 +693,7 @@ SPLIT_SHARE = 0.5
 """The child's share of the dirs: the parent also unpacks what the child sends (measured on
 100,000 dirs: the parent and the child are done at about the same time from 0.48 to 0.55)."""
 
-_Packed = tuple[
-    str, list[tuple[int, Encoding, str]], bytes, "Glance | None", bool, tuple[int, int] | None
-]
+_Packed = tuple[str, Names, bytes, "Glance | None", bool, tuple[int, int] | None]
 
 
 def _list_jobs(
@@ -762,7 +759,7 @@ def _unpack(item: _Packed | SessionEntry | None) -> SessionEntry | None:
     if item is None or isinstance(item, SessionEntry):
         return item
     dir_text, names, line, glanced_facts, glanced, sizes = item
-    entry = SessionEntry._from_listing(dir_text, names)
+    entry = SessionEntry._from_listing(dir_text, shared(names))  # not one copy per dir
     entry._line = line
     entry._lin = _Lineage.of(_raw_value(line))
     entry.glance = glanced_facts

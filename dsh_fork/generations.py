@@ -62,8 +62,12 @@ def is_temp_name(name: str) -> bool:
     return _TEMP.fullmatch(name) is not None
 
 
-Names = list[tuple[int, Encoding, str]]
+Names = tuple[tuple[int, Encoding, str], ...]
 """(version, encoding, name) of the canonical generation files of a dir, lowest first."""
+
+CURRENT_ONLY: Names = ((SUPPORTED_VERSION, "zstd", CURRENT_NAME),)
+"""The names of nearly every session dir, shared: a listing of 100,000 dirs keeps one such
+value, not one list, tuple and name string per dir."""
 
 Sizes = tuple[int, int]
 """(sizes of the regular files directly in a session dir, size of its chosen log)."""
@@ -102,12 +106,12 @@ def dir_bytes(session_dir: str | os.PathLike[str]) -> Sizes:
 def _scan_dir(session_dir: str | os.PathLike[str], sizes: list[int] | None) -> Names:
     """The generation names of a dir and, when ``sizes`` is given, its sizes summed into it
     (``[total, chosen log]``): one ``scandir`` answers both."""
-    found: Names = []
+    found: list[tuple[int, Encoding, str]] = []
     best: tuple[int, bool] | None = None
     try:
         scan = os.scandir(session_dir)
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        return ()
     with scan:
         for entry in scan:
             name = entry.name
@@ -135,7 +139,12 @@ def _scan_dir(session_dir: str | os.PathLike[str], sizes: list[int] | None) -> N
             found.append((parsed[0], parsed[1], name))
     if len(found) > 1:
         found.sort(key=lambda g: (g[0], g[1] == "zstd"))
-    return found
+    return shared(tuple(found))
+
+
+def shared(names: Names) -> Names:
+    """``names``, or ``CURRENT_ONLY`` when they are equal to it (one value for most dirs)."""
+    return CURRENT_ONLY if names == CURRENT_ONLY else names
 
 
 def list_generations(session_dir: Path) -> list[Generation]:

@@ -23,7 +23,7 @@ from dsh_fork.errors import (
     UsageError,
 )
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
-from dsh_fork.generations import CURRENT_NAME, Encoding
+from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import encode_segment
 from dsh_fork.reader import open_log, read_header
 
@@ -210,8 +210,8 @@ def test_a_log_linked_between_the_two_listings_of_its_dir_is_no_error(
     other = child(clock, "other").publish(root)
     real_scan = generations.scan_names
 
-    def before_the_link(dir_text: str) -> list[tuple[int, Encoding, str]]:
-        return [] if dir_text == str(published) else real_scan(dir_text)
+    def before_the_link(dir_text: str) -> generations.Names:
+        return () if dir_text == str(published) else real_scan(dir_text)
 
     monkeypatch.setattr(discovery, "scan_names", before_the_link)
     listing = Root(root)

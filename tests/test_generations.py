@@ -179,5 +179,5 @@ def test_one_listing_gives_the_names_and_the_sizes_the_two_scans_give(tmp_path: 
 
 
 def test_a_missing_dir_has_no_names_and_no_bytes(tmp_path: Path) -> None:
-    assert scan_sized(tmp_path / "missing") == ([], (0, 0))
+    assert scan_sized(tmp_path / "missing") == ((), (0, 0))
     assert dir_bytes(tmp_path / "missing") == (0, 0)

@@ -19,7 +19,7 @@ import pytest
 from conftest import every_foreign_root
 from lineagekit import generate_oddities
 
-from dsh_fork import discovery, parallel
+from dsh_fork import discovery, generations, parallel
 from dsh_fork.discovery import Root, SessionEntry
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, dir_bytes
@@ -193,3 +193,28 @@ def test_the_child_lists_the_last_dirs_and_sends_common_entries_as_tuples(
     assert tuples  # the plain sessions, as (dir, names, header line, glance, glanced)
     assert all(item[0] in dirs[-len(sent) :] for item in tuples)  # from the last dirs
     assert [e.dir_text for e in entries[-len(tuples) :]] == [item[0] for item in tuples]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one process", "split"])
+def test_a_listing_shares_one_names_value_for_every_dir_with_only_the_current_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: bool
+) -> None:
+    """Nearly every session dir holds just ``session.v4.jsonl.zstd``: its entries all keep the
+    one shared value for that (``generations.CURRENT_ONLY``), also those a listing child sent;
+    a dir with another generation keeps its own."""
+    root = tmp_path / "sessions"
+    clock = Clock()
+    for k in range(6):
+        SessionSpec(id=f"session-{k}", created_at=clock(), cwd="/work/x").publish(root)
+    odd = SessionSpec(id="session-odd", created_at=clock(), cwd="/work/x").publish(root)
+    (odd / "session.v3.jsonl.zstd").write_bytes((odd / CURRENT_NAME).read_bytes())
+    started = split_always(monkeypatch) if split else []
+    if not split:
+        monkeypatch.setattr(discovery, "SPLIT_MIN_DIRS", 1 << 60)
+    entries = {e.id: e for e in Root(root).entries()}
+    assert started == ([1] if split else [])
+    assert all(entries[f"session-{k}"]._names is generations.CURRENT_ONLY for k in range(6))
+    assert [name for _, _, name in entries["session-odd"]._names] == [
+        "session.v3.jsonl.zstd",
+        CURRENT_NAME,
+    ]
