@@ -357,7 +357,7 @@ _Item = _Fail | _Skip | _Uncat | _Copy | _Match
 
 class _NewFact(NamedTuple):
     """A catalog fact the walk will append to a parent, held encoded until the append parses
-    it again (about 170 bytes, where its parsed dict takes about 700: a level of thousands
+    it again (about 170 bytes, where its parsed dict takes about 500: a level of thousands
     of copies holds one per copy until its parent's frame is written)."""
 
     created_at: int
