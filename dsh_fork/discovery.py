@@ -406,8 +406,7 @@ class Root:
             except OSError:  # named by the listing (``unlisted``), as before
                 self._seen.pop(base, None)
                 continue
-            prefix = base if base.endswith(os.sep) else base + os.sep
-            unknown = [prefix + name for name in names if prefix + name not in known]
+            unknown = [text for text in _dir_texts(base, names) if text not in known]
             settled = st is not None and max(st.st_mtime_ns, st.st_ctime_ns) < (
                 listed_at - SETTLED_NS
             )
@@ -432,9 +431,7 @@ class Root:
             except OSError as exc:
                 yield _unlisted(base, exc, "project directory")
                 continue
-            prefix = base if base.endswith(os.sep) else base + os.sep
-            for name in names:
-                yield prefix + name  # str paths: no Path per session
+            yield from _dir_texts(base, names)  # str paths: no Path per session
 
     def entries(self, *, glance: bool = False, sizes: bool = False) -> list[SessionEntry]:
         """Every session of the root with its header (or the error reading it); cached.
@@ -639,6 +636,13 @@ def _holds(session_dir: Path) -> bool:
         return bool(list_generations(session_dir))
     except OSError:
         return False
+
+
+def _dir_texts(project: str, names: list[str]) -> list[str]:
+    """The candidate session dirs of a project dir as text, the form of
+    ``SessionEntry.dir_text``."""
+    prefix = project if project.endswith(os.sep) else project + os.sep
+    return [prefix + name for name in names]
 
 
 def _subdir_names(project: Path) -> list[str]:

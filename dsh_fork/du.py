@@ -237,34 +237,31 @@ def _largest_first(items: list[_Sized], name: str) -> list[_Sized]:
     return items
 
 
-def _add_to_project(projects: dict[str, Group], node: Node, usage: SessionUsage) -> None:
-    project = node.project
-    summed = projects.get(project)
-    if summed is None:
-        projects[project] = Group.of(project, usage)
-    else:
-        summed.add(usage)
-
-
 def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsage:
     present = {node.id for node in forest.nodes()}
     sessions: list[SessionUsage] = []
     families: list[Group] = []
     projects: dict[str, Group] = {}
     for head in forest.tops:
-        usage = _usage(head, head.id, present, measured)
-        sessions.append(usage)
-        group = Group.of(head.id, usage)
-        _add_to_project(projects, head, usage)
-        stack = list(head.children)
+        group: Group | None = None
+        stack = [head]
         while stack:
             node = stack.pop()
             if node.children:
                 stack.extend(node.children)
             usage = _usage(node, head.id, present, measured)
             sessions.append(usage)
-            group.add(usage)
-            _add_to_project(projects, node, usage)
+            if group is None:
+                group = Group.of(head.id, usage)
+            else:
+                group.add(usage)
+            project = node.project
+            summed = projects.get(project)
+            if summed is None:
+                projects[project] = Group.of(project, usage)
+            else:
+                summed.add(usage)
+        assert group is not None  # the head itself is in it
         families.append(group)
     result = DiskUsage(
         root=forest.root,

@@ -530,6 +530,12 @@ def encode_event(event_type: str, seq: int, time: int, data: Any) -> bytes:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def held(encoded: bytes) -> bytes:
+    """An encoding to hold for long (thousands of them in a plan), copied to its exact size:
+    orjson's result keeps its whole 4 KiB buffer however short the JSON."""
+    return bytes(memoryview(encoded))
+
+
 def dumps_record(value: Any) -> bytes:
     """Compact JSON with raw UTF-8, as JSON.stringify writes it (format §6).
 

@@ -44,7 +44,7 @@ from .model import TURN_TYPES, Facts, facts_of
 from .oplog import OpLog
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
-from .records import Event, dumps_record, parse_line
+from .records import Event, dumps_record, held, parse_line
 from .workspace import Workspace, moved_workspace, rebase_cwd
 
 LINEAGE_CYCLE = "lineage cycle"
@@ -366,7 +366,7 @@ class _NewFact(NamedTuple):
 
     @classmethod
     def of(cls, fact: dict[str, Any]) -> _NewFact:
-        encoded = bytes(memoryview(dumps_record(fact)))  # exactly its size (orjson keeps 4 KiB)
+        encoded = held(dumps_record(fact))
         return cls(fact["childCreatedAt"], fact["childId"], encoded)
 
     def data(self) -> Any:
@@ -627,8 +627,7 @@ class _Planner:
         encoded = b"null"
         if data is not None:
             try:
-                # orjson's result keeps its whole 4 KiB buffer: held in the plan as a copy
-                encoded = bytes(memoryview(orjson.dumps(data)))
+                encoded = held(orjson.dumps(data))  # held in the plan until the copy is drafted
             except orjson.JSONEncodeError:
                 return _Fail(
                     source.id, CorruptLog.code, f"{source.id}: its descriptor cannot be re-encoded"
