@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,6 +37,10 @@ class Row:
     goal: str
     ok: bool | None
     load: str
+    others: str = "-"
+    """CPU other processes used while the case's timed runs ran (``Contention``)."""
+    contention: tuple[float, float] | None = None
+    """That reading as (others' share, stolen share) of all CPUs."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,78 @@ def loadavg() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_counters() -> tuple[float, float, int] | None:
+    """(seconds all CPUs spent busy, seconds the hypervisor stole, number of CPUs) from
+    ``/proc/stat``; None where there is none."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    fields = [int(x) for x in lines[0].split()[1:]]
+    cpus = sum(1 for line in lines[1:] if line[:3] == b"cpu")
+    busy = sum(fields[i] for i in (0, 1, 2, 5, 6) if i < len(fields))  # user nice system irq soft
+    steal = fields[7] if len(fields) > 7 else 0
+    return busy * _TICK_S, steal * _TICK_S, cpus
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process and of every child it has waited for."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+@dataclass
+class Contention:
+    """What the rest of the machine took while our timed runs ran: the CPU time of every other
+    process (the machine's busy time less ours) and the time the hypervisor stole, as shares
+    of all CPUs over those runs. A load average cannot tell this apart from our own load: a
+    listing runs on two cores, so it alone puts a two-core machine at load 2."""
+
+    wall: float = 0.0
+    foreign: float = 0.0
+    steal: float = 0.0
+    cpus: int = 0
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        before, own = _cpu_counters(), _own_cpu()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            after = _cpu_counters()
+            if before is not None and after is not None:
+                self.wall += time.perf_counter() - started
+                self.foreign += max(0.0, after[0] - before[0] - (_own_cpu() - own))
+                self.steal += after[1] - before[1]
+                self.cpus = after[2]
+
+    def shares(self) -> tuple[float, float] | None:
+        """(others' share, stolen share) of all CPUs, None when nothing was measured."""
+        capacity = self.wall * self.cpus
+        if capacity <= 0:
+            return None
+        return self.foreign / capacity, self.steal / capacity
+
+    def taken(self) -> tuple[str, tuple[float, float] | None]:
+        """This reading as a table cell and as shares; the meter starts again for the next
+        case."""
+        shares = self.shares()
+        self.wall = self.foreign = self.steal = 0.0
+        if shares is None:
+            return "-", None
+        others, stolen = shares
+        text = f"{others:.0%}" + (f", steal {stolen:.0%}" if stolen >= 0.005 else "")
+        return text, shares
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -163,19 +240,22 @@ class Bench:
         env["DSH_HOME"] = str(base / "home")  # the operations log stays in the benchmark
         self.env = env
         self._cache: dict[str, object] = {}
+        self.contention = Contention()
+        """Measured over the timed runs since the last row (``cases.row`` takes it)."""
 
     def dsh(self, root: Path, *args: str) -> list[str]:
         return [self.install.dsh_fork, "--root", str(root), *args]
 
     def run(self, argv: Argv) -> Run:
         """One run through the launcher; stdout discarded; a failing command aborts."""
-        proc = subprocess.run(
-            [sys.executable, "-c", LAUNCHER, *argv],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=self.env,
-            check=False,
-        )
+        with self.contention.measuring():
+            proc = subprocess.run(
+                [sys.executable, "-c", LAUNCHER, *argv],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=self.env,
+                check=False,
+            )
         if proc.returncode != 0:
             raise SystemExit(f"benchmark command failed: {list(argv)}\n{proc.stderr.decode()}")
         wall, rss = proc.stdout.split()[-2:]
