@@ -66,7 +66,7 @@ def test_the_benchmark_runs_every_case_on_tiny_data() -> None:
 
 
 def _row(case: str, ok: bool | None, shares: tuple[float, float] | None) -> Row:
-    return Row(case, "1 s", "9 MB", "-", "1×", "≤ 1×", ok, "2.00", "-", shares)
+    return Row(case, "1 s", "9 MB", "-", "1×", "≤ 1×", ok, "2.00", shares)
 
 
 def test_a_machine_busy_only_with_our_own_processes_is_judged_idle() -> None:
@@ -105,3 +105,9 @@ def test_the_meter_counts_another_process_but_not_our_children() -> None:
     assert mine is not None and theirs is not None
     assert mine[0] < 0.2  # what is left of our child is tick rounding and the machine's rest
     assert theirs[0] > mine[0] and theirs[0] * other.cpus > 0.5  # about one CPU spinning
+
+
+def test_a_row_shows_others_and_steal_only_when_there_is_steal() -> None:
+    assert _row("a", True, (0.03, 0.0)).others == "3%"
+    assert _row("a", True, (0.01, 0.13)).others == "1%, steal 13%"
+    assert _row("a", True, None).others == "-"

@@ -59,13 +59,13 @@ def row(
     ratio: str,
     goal: str,
     ok: bool | None,
-    contention: tuple[str, tuple[float, float] | None] | None = None,
+    shared: Callable[[], tuple[float, float] | None] | None = None,
 ) -> Row:
-    """A table row; the others' CPU is the meter's since the last row, unless ``contention``
+    """A table row; the others' CPU is the meter's since the last row, unless ``shared``
     gives a reading that several rows share (rows measured by the same runs)."""
     judged = None if ok is None else bench.judged(ok)
-    others, shares = bench.contention.taken() if contention is None else contention
-    return Row(case, ours, mb(figures), baseline, ratio, goal, judged, loadavg(), others, shares)
+    contention = bench.contention.taken() if shared is None else shared()
+    return Row(case, ours, mb(figures), baseline, ratio, goal, judged, loadavg(), contention)
 
 
 # -- shared data ----------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def startup(bench: Bench) -> list[Row]:
     python, _ = bench.pair(lambda i: [bench.install.python, "-c", "pass"], None)
     typer, _ = bench.pair(lambda i: [bench.install.python, "-c", "import typer"], None)
     version, fork = fork_startup(bench)
-    shared = bench.contention.taken()  # both rows come from the same runs
+    reading = bench.contention.taken()  # both rows come from the same runs
     rows = []
     for case, figures, goal, floor, what in (
         ("start-up: --version", version, 0.040, python, "python -c pass"),
@@ -249,7 +249,7 @@ def startup(bench: Bench) -> list[Row]:
                 f"{figures.wall / floor.wall:.2f}×",
                 f"≤ {goal * 1000:.0f} ms",
                 figures.wall <= goal,
-                shared,
+                lambda: reading,
             )
         )
     return rows

@@ -37,10 +37,17 @@ class Row:
     goal: str
     ok: bool | None
     load: str
-    others: str = "-"
-    """CPU other processes used while the case's timed runs ran (``Contention``)."""
     contention: tuple[float, float] | None = None
-    """That reading as (others' share, stolen share) of all CPUs."""
+    """(others' share, stolen share) of all CPUs while the case's timed runs ran
+    (``Contention``); None where ``/proc/stat`` could not be read."""
+
+    @property
+    def others(self) -> str:
+        """The table cell of ``contention``."""
+        if self.contention is None:
+            return "-"
+        others, stolen = self.contention
+        return f"{others:.0%}" + (f", steal {stolen:.0%}" if stolen >= 0.005 else "")
 
 
 @dataclass(frozen=True)
@@ -203,16 +210,11 @@ class Contention:
             return None
         return self.foreign / capacity, self.steal / capacity
 
-    def taken(self) -> tuple[str, tuple[float, float] | None]:
-        """This reading as a table cell and as shares; the meter starts again for the next
-        case."""
+    def taken(self) -> tuple[float, float] | None:
+        """This reading's ``shares``; the meter starts again for the next case."""
         shares = self.shares()
         self.wall = self.foreign = self.steal = 0.0
-        if shares is None:
-            return "-", None
-        others, stolen = shares
-        text = f"{others:.0%}" + (f", steal {stolen:.0%}" if stolen >= 0.005 else "")
-        return text, shares
+        return shares
 
 
 def log(message: str) -> None:
