@@ -10,10 +10,10 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from bench import harness
 from bench.harness import Contention, Row
 from bench.run import OTHERS_BUSY, STEAL_BUSY, idle_verdict
 
@@ -82,29 +82,56 @@ def test_others_or_steal_beyond_their_bound_make_the_run_busy() -> None:
     assert others.startswith("the machine was busy") and "worst: tree" in others
     stolen = idle_verdict([_row("du", True, (0.0, STEAL_BUSY))], load_before=0.0)
     assert stolen.startswith("the machine was busy") and "steal up to 5%" in stolen
+    # the worst case is the one furthest beyond its bound, each share against its own
+    both = [_row("tree", True, (0.11, 0.0)), _row("du", True, (0.0, 0.2))]
+    assert "worst: du" in idle_verdict(both, load_before=0.0)
     # the busy-disk case keeps another process busy on purpose: never held against the run
     hog = idle_verdict([_row("relink, 9 agents, busy disk", True, (0.5, 0.0))], 0.0)
     assert hog == "no judged case measured the others' CPU: judge by the load column"
 
 
-def test_the_meter_counts_another_process_but_not_our_children() -> None:
+def test_the_meter_subtracts_our_own_cpu_and_reports_steal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Scripted counters: the machine busy 3.0 CPU-s over a run, 2.5 of them ours (the
+    # command and its waited children), 0.2 s stolen, on 2 CPUs.
+    machine = iter([(100.0, 10.0, 2), (103.0, 10.2, 2)])
+    ours = iter([7.0, 9.5])
+    monkeypatch.setattr(harness, "_cpu_counters", lambda: next(machine))
+    monkeypatch.setattr(harness, "_own_cpu", lambda: next(ours))
+    meter = Contention()
+    with meter.measuring():
+        pass
+    assert meter.foreign == pytest.approx(0.5) and meter.steal == pytest.approx(0.2)
+    assert meter.cpus == 2
+    assert meter.wall > 0
+    # over 1 s of runs on 2 CPUs: a quarter taken by others, a tenth stolen
+    assert Contention(wall=1.0, foreign=0.5, steal=0.2, cpus=2).shares() == pytest.approx(
+        (0.25, 0.1)
+    )
+    assert meter.taken() is not None
+    assert meter.taken() is None  # taken: the next case starts from nothing
+
+
+def test_the_meter_reads_nothing_without_proc_stat(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "_cpu_counters", lambda: None)
+    meter = Contention()
+    with meter.measuring():
+        pass
+    assert meter.taken() is None
+
+
+def test_the_counters_of_this_machine_are_read_when_it_has_them() -> None:
     if not Path("/proc/stat").exists():
-        pytest.skip("no /proc/stat: the meter measures nothing here")
-    spin = [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.4: pass"]
-    ours = Contention()
-    with ours.measuring():
-        subprocess.run(spin, check=True)  # our child: subtracted once waited for
-    other = Contention()
-    hog = subprocess.Popen(spin)  # not waited for inside the window: another process
-    try:
-        with other.measuring():
-            time.sleep(0.3)
-    finally:
-        hog.wait()
-    mine, theirs = ours.shares(), other.shares()
-    assert mine is not None and theirs is not None
-    assert mine[0] < 0.2  # what is left of our child is tick rounding and the machine's rest
-    assert theirs[0] > mine[0] and theirs[0] * other.cpus > 0.5  # about one CPU spinning
+        pytest.skip("no /proc/stat here")
+    counters = harness._cpu_counters()
+    assert counters is not None
+    busy, stolen, cpus = counters
+    assert busy > 0 and stolen >= 0 and cpus >= 1
+    spin = [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.2: pass"]
+    before = harness._own_cpu()
+    subprocess.run(spin, check=True)
+    assert harness._own_cpu() - before >= 0.1  # a waited child's CPU is counted as ours
 
 
 def test_a_row_shows_others_and_steal_only_when_there_is_steal() -> None:

@@ -88,7 +88,7 @@ def idle_verdict(rows: list[Row], load_before: float) -> str:
     stolen = max(shares[1] for _, shares in measured)
     summary = f"other processes took up to {others:.0%} of the CPUs, steal up to {stolen:.0%}"
     if others >= OTHERS_BUSY or stolen >= STEAL_BUSY:
-        worst = max(measured, key=lambda m: max(m[1][0], m[1][1] * 2))[0]
+        worst = max(measured, key=lambda m: max(m[1][0] / OTHERS_BUSY, m[1][1] / STEAL_BUSY))[0]
         return f"the machine was busy ({summary}; worst: {worst.case}): verdicts are not claims"
     return f"the machine was idle for the judged cases ({summary})"
 
