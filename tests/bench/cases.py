@@ -11,7 +11,7 @@ import os
 import shutil
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import zstandard
@@ -59,12 +59,10 @@ def row(
     ratio: str,
     goal: str,
     ok: bool | None,
-    shared: Callable[[], tuple[float, float] | None] | None = None,
 ) -> Row:
-    """A table row; the others' CPU is the meter's since the last row, unless ``shared``
-    gives a reading that several rows share (rows measured by the same runs)."""
+    """A table row; the others' CPU is the meter's reading since the last row."""
     judged = None if ok is None else bench.judged(ok)
-    contention = bench.contention.taken() if shared is None else shared()
+    contention = bench.contention.taken()
     return Row(case, ours, mb(figures), baseline, ratio, goal, judged, loadavg(), contention)
 
 
@@ -232,7 +230,6 @@ def startup(bench: Bench) -> list[Row]:
     python, _ = bench.pair(lambda i: [bench.install.python, "-c", "pass"], None)
     typer, _ = bench.pair(lambda i: [bench.install.python, "-c", "import typer"], None)
     version, fork = fork_startup(bench)
-    reading = bench.contention.taken()  # both rows come from the same runs
     rows = []
     for case, figures, goal, floor, what in (
         ("start-up: --version", version, 0.040, python, "python -c pass"),
@@ -249,9 +246,10 @@ def startup(bench: Bench) -> list[Row]:
                 f"{figures.wall / floor.wall:.2f}×",
                 f"≤ {goal * 1000:.0f} ms",
                 figures.wall <= goal,
-                lambda: reading,
             )
         )
+    # Both rows come from the same runs: the second shares the first's reading.
+    rows[1] = replace(rows[1], contention=rows[0].contention)
     return rows
 
 
