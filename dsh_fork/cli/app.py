@@ -10,15 +10,16 @@ typer is imported at all: it is the one run whose answer needs nothing else.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 __all__ = ["app", "main"]
 
+# Not ``typing.TYPE_CHECKING``: importing typing is a fifth of a bare ``--version``'s run.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import typer
 
     app: typer.Typer  # provided by __getattr__, with every command registered
@@ -64,6 +65,8 @@ def _register_only(args: Sequence[str]) -> bool:
     name = _command_name(args)
     if name is None:
         return "--version" in args and not {"-h", "--help"} & set(args)
+    import importlib
+
     module = _MODULES.get(name, name.replace("-", "_"))
     if not module.isidentifier() or module in ("app", "base"):
         return False
@@ -94,6 +97,7 @@ def _name_of(info: typer.models.CommandInfo) -> str | None:
 
 
 def _register_all() -> None:
+    import importlib
     import pkgutil
 
     for module in pkgutil.iter_modules(sys.modules[__package__].__path__):
