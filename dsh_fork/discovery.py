@@ -80,7 +80,7 @@ class SessionEntry:
 
     Entries made by ``Root.entries`` are lazy: the dir path, the ``Generation`` objects and
     the validated header are built on first use. Lineage (id, parent, origin, createdAt) is
-    answered from the four values listing reads off the raw header line (``_Lineage``), which
+    answered from four values read off the raw header line when first asked (``_Lineage``), which
     give the same answers as the validated header (and as ``raw_fields`` when it is invalid),
     so finding the children of one session in a root of ten thousand validates only those
     children, and an entry nobody validates holds its line's bytes, not its parsed fields.
@@ -152,7 +152,6 @@ class SessionEntry:
         copies so keeps no ``Path``, ``Generation`` or parsed header for any of them."""
         entry = cls._from_listing(dir_text, names)
         entry._line = line
-        entry._lin = _Lineage.of(_raw_value(line))
         return entry
 
     def __repr__(self) -> str:
@@ -262,6 +261,7 @@ class SessionEntry:
     @header.setter
     def header(self, value: Header | None) -> None:
         self._line = None
+        self._lin = None
         self._header = value
 
     @property
@@ -273,6 +273,7 @@ class SessionEntry:
     @error.setter
     def error(self, value: DshForkError | None) -> None:
         self._line = None
+        self._lin = None
         self._error = value
 
     @property
@@ -283,20 +284,31 @@ class SessionEntry:
 
     @raw_fields.setter
     def raw_fields(self, value: dict[str, object] | None) -> None:
+        self._lin = None
         self._raw_fields = value
 
     # -- lineage ----------------------------------------------------------------------------
 
     def _lineage(self) -> _Lineage:
+        """Read off the raw header line on first use, not where the dir is listed: a command
+        that validates every header (``tree``, ``du``, ``list``) then parses each line once,
+        and a listing child, which sends lines, parses none."""
         lineage = self._lin
         if lineage is not None:
             return lineage
-        header = self.header  # an entry not listed from a line: its header, or raw fields
-        if header is not None:
-            return _Lineage(
-                header.id, header.parent_session, header.origin == "subagent", header.created_at
-            )
-        return _Lineage.of(self.raw_fields)
+        line = self._line
+        if line is not None:  # listed, not validated: the raw fields, not the validator
+            lineage = _Lineage.of(_raw_value(line))
+        else:
+            header = self.header  # validated, or not listed from a line: header or raw fields
+            if header is not None:
+                lineage = _Lineage(
+                    header.id, header.parent_session, header.origin == "subagent", header.created_at
+                )
+            else:
+                lineage = _Lineage.of(self.raw_fields)
+        self._lin = lineage
+        return lineage
 
     @property
     def id(self) -> str | None:
@@ -765,7 +777,6 @@ def _unpack(item: _Packed | SessionEntry | None) -> SessionEntry | None:
     dir_text, names, line, glanced_facts, glanced, sizes = item
     entry = SessionEntry._from_listing(dir_text, shared(names))  # not one copy per dir
     entry._line = line
-    entry._lin = _Lineage.of(_raw_value(line))
     entry.glance = glanced_facts
     entry.glanced = glanced
     entry.sizes = sizes
@@ -841,7 +852,6 @@ def _list_entry(
         )
         return entry
     entry._line = line
-    entry._lin = _Lineage.of(_raw_value(line))
     if whole is not None and glancing is not None:
         header = entry.header
         if header is not None:

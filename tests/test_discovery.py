@@ -718,3 +718,51 @@ def test_a_project_dir_changed_just_before_its_listing_is_listed_every_time(
     listed.unknown_texts()
     listed.unknown_texts()
     assert listings == [project, project]
+
+
+def test_a_listing_parses_no_header_line_and_each_use_parses_it_once_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing keeps each header line's bytes; the first use parses it: validation (what
+    ``tree``, ``du`` and ``list`` ask of every session) once, after which lineage asks for
+    nothing more, or lineage alone (what finding children asks) once, without validating.
+    Both give the same answers."""
+    root = tmp_path / "sessions"
+    clock = Clock()
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd=FX)
+    parent.turn(clock)
+    parent.publish(root)
+    child(clock, "session-K", parent=parent.id).publish(root)
+    parses: list[bytes] = []
+
+    def counted(line: bytes) -> tuple[object, bool]:
+        parses.append(line)
+        return orjson.loads(line), False
+
+    from dsh_fork import records
+
+    monkeypatch.setattr(records, "parse_line", counted)
+    monkeypatch.setattr(discovery, "parse_line", counted)
+    listed = Root(root)
+    first, second = listed.entries()
+    assert parses == []
+    header = first.header
+    assert header is not None and len(parses) == 1
+    assert (first.id, first.parent, first.is_subagent, first.created_at) == (
+        header.id,
+        header.parent_session,
+        header.is_subagent,
+        header.created_at,
+    )
+    assert len(parses) == 1
+    lineage = (second.id, second.parent, second.is_subagent, second.created_at)
+    assert len(parses) == 2 and second._header is None  # read off the line, not validated
+    assert {lineage[0], first.id} == {"session-P", "session-K"}
+    validated = second.header
+    assert validated is not None
+    assert lineage == (
+        validated.id,
+        validated.parent_session,
+        validated.is_subagent,
+        validated.created_at,
+    )
