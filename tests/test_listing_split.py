@@ -218,3 +218,37 @@ def test_a_listing_shares_one_names_value_for_every_dir_with_only_the_current_lo
         "session.v3.jsonl.zstd",
         CURRENT_NAME,
     ]
+
+
+def test_a_header_the_child_validated_for_a_list_row_is_sent_as_its_fields_not_validated_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For ``list`` the child validates each small log's header to fold its row; it sends
+    the header's fields with the line, and this process rebuilds the header from them: the
+    one the one-process listing validates, and no validation here."""
+    root = tmp_path / "sessions"
+    hostile(root)
+    expected = {e.dir_text: e.header for e in Root(root).entries(glance=True)}
+    split_always(monkeypatch)
+    sent: list[object] = []
+    unpack = discovery._unpack
+
+    def recorded(item: Any) -> SessionEntry | None:
+        sent.append(item)
+        return unpack(item)
+
+    monkeypatch.setattr(discovery, "_unpack", recorded)
+    entries = Root(root).entries(glance=True)
+    with_fields = [item for item in sent if isinstance(item, tuple) and item[-1] is not None]
+    assert with_fields  # the plain small logs
+    by_dir = {e.dir_text: e for e in entries}
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a header the child validated was validated again")
+
+    monkeypatch.setattr(discovery, "parse_header", refused)
+    for item in with_fields:
+        entry = by_dir[item[0]]
+        assert entry._line is None
+        assert entry.header == expected[entry.dir_text]
+        assert entry.header is not None and entry.header.raw == item[2]
