@@ -452,7 +452,9 @@ def _map_part(
     pieces: bool = True,
 ) -> Generator[T, None, None]:
     """``map_frames`` in this process; with ``pieces`` a large frame is given in pieces."""
-    dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
+    # One-shot decompress calls share the module's context: a new one per call cost more
+    # than decoding a small log (relink opens a source per copy). No two threads decode.
+    dctx = _DECOMPRESSOR
     k = first_index
     for view, origin, group in _windows(data, frames):
         for frame in group:
@@ -534,10 +536,19 @@ def decode_torn(data: Data, start: int, index: int = 0, limit: int = MAX_FRAME_P
 
 
 def encode(plaintext: bytes) -> bytes:
-    """One complete checksummed frame, as every frame dsh-fork writes must be."""
-    return zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_checksum=True).compress(
-        plaintext
-    )
+    """One complete checksummed frame, as every frame dsh-fork writes must be.
+
+    Every call shares one compression context, made on first use (making one costs about as
+    much as compressing a small frame, and relink encodes two frames per copy). ``compress``
+    is a one-shot call that starts each frame afresh; frames are only encoded on the thread
+    that drafts them."""
+    global _compressor
+    if _compressor is None:
+        _compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_checksum=True)
+    return _compressor.compress(plaintext)
+
+
+_compressor: zstandard.ZstdCompressor | None = None
 
 
 def batch_lines(lines: list[bytes], target: int = TARGET_FRAME_BYTES) -> list[bytes]:
