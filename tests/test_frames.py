@@ -10,6 +10,7 @@ import hashlib
 import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis profile)
 import orjson
@@ -610,6 +611,46 @@ def test_encode_writes_one_checksummed_frame(tmp_path: Path) -> None:
     scan = zframes.scan(frame)
     assert [(f.start, f.end, f.checksum) for f in scan.frames] == [(0, len(frame), True)]
     assert zframes.decode(frame, scan.frames[0]) == lines_of(0, 2)
+
+
+@given(st.lists(st.binary(max_size=3000), min_size=1, max_size=6))
+def test_the_shared_context_encodes_each_frame_as_a_fresh_one_would(
+    plaintexts: list[bytes],
+) -> None:
+    """``encode`` reuses one compression context: no frame may depend on the ones before."""
+    fresh = [
+        zstandard.ZstdCompressor(level=zframes.COMPRESSION_LEVEL, write_checksum=True).compress(p)
+        for p in plaintexts
+    ]
+    assert [zframes.encode(p) for p in plaintexts] == fresh
+    assert [zframes.encode(p) for p in reversed(plaintexts)] == fresh[::-1]
+
+
+def test_a_log_is_read_and_frames_written_without_a_context_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making a zstd context costs about as much as a small log: reading logs and encoding
+    frames makes none once the module's are there."""
+    zframes.encode(b"warm\n")  # the shared compression context, made on first use
+    made: list[str] = []
+    real_d, real_c = zstandard.ZstdDecompressor, zstandard.ZstdCompressor
+
+    def decompressor(*args: Any, **kwargs: Any) -> zstandard.ZstdDecompressor:
+        made.append("decompressor")
+        return real_d(*args, **kwargs)
+
+    def compressor(*args: Any, **kwargs: Any) -> zstandard.ZstdCompressor:
+        made.append("compressor")
+        return real_c(*args, **kwargs)
+
+    monkeypatch.setattr(zframes.zstandard, "ZstdDecompressor", decompressor)
+    monkeypatch.setattr(zframes.zstandard, "ZstdCompressor", compressor)
+    for k in range(3):
+        path = write_log_file(gen_at(tmp_path / str(k)).path, HEADER, [lines_of(0, 2)])
+        log = open_log(Generation(path, 4, "zstd"))
+        assert log.event_count == 2
+        assert zframes.encode(lines_of(0, 2)) == zframes.encode(lines_of(0, 2))
+    assert made == []
 
 
 def test_batch_lines_groups_whole_lines_up_to_the_target() -> None:
