@@ -643,8 +643,8 @@ def test_a_log_is_read_and_frames_written_without_a_context_per_call(
         made.append("compressor")
         return real_c(*args, **kwargs)
 
-    monkeypatch.setattr(zframes.zstandard, "ZstdDecompressor", decompressor)
-    monkeypatch.setattr(zframes.zstandard, "ZstdCompressor", compressor)
+    monkeypatch.setattr(zstandard, "ZstdDecompressor", decompressor)
+    monkeypatch.setattr(zstandard, "ZstdCompressor", compressor)
     for k in range(3):
         path = write_log_file(gen_at(tmp_path / str(k)).path, HEADER, [lines_of(0, 2)])
         log = open_log(Generation(path, 4, "zstd"))
