@@ -9,9 +9,10 @@ the root are read to find children; only children's logs are opened.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from .catalog import fact_from_descriptor
 from .discovery import Located, Root, SessionEntry, locate
@@ -36,8 +37,7 @@ CYCLE = "cycle"
 PARENT_MISSING = "parent missing"
 
 
-@dataclass
-class AgentRow:
+class AgentRow(Struct):
     """One subagent as both views see it; ``children`` only with ``--recursive``."""
 
     id: str
@@ -73,8 +73,7 @@ class AgentRow:
         }
 
 
-@dataclass
-class AgentTree:
+class AgentTree(Struct):
     """The subagents of one session, its fork children, and flags about the session itself."""
 
     session: str
@@ -96,8 +95,7 @@ class AgentTree:
         return None
 
 
-@dataclass
-class _Child:
+class _Child(Struct):
     """A row with the log behind it, kept for provenance and recursion."""
 
     row: AgentRow
@@ -260,8 +258,7 @@ class _Lister:
         row.children = self.rows(child.header, child.facts, row.copy_of, where)
 
 
-@dataclass(frozen=True, slots=True)
-class _Where:
+class _Where(Struct, frozen=True):
     """A parent's generation version and project dir (what DSH's migration looks at)."""
 
     version: int

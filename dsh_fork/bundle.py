@@ -25,12 +25,12 @@ import lzma
 import tarfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import orjson
 import zstandard
+from msgspec import Struct
 
 from . import __version__
 from . import frames as zframes
@@ -91,8 +91,7 @@ def member_name(project_dir: str, session_id: str) -> str:
 # -- the manifest -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BundleSession:
+class BundleSession(Struct, frozen=True):
     """One session of a bundle as its manifest records it."""
 
     id: str
@@ -174,8 +173,7 @@ class BundleSession:
         return session
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(Struct, frozen=True):
     """What a bundle holds: the family of ``top``, parents before children."""
 
     schema_version: int
@@ -356,8 +354,7 @@ def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None
 # -- reading an archive -------------------------------------------------------------------------
 
 
-@dataclass
-class Member:
+class Member(Struct):
     """One verified log of a bundle: its manifest entry and its bytes."""
 
     session: BundleSession
@@ -553,8 +550,7 @@ class _ZstdReader(io.RawIOBase):
 # -- checking a log ---------------------------------------------------------------------------
 
 
-@dataclass
-class CheckedLog:
+class CheckedLog(Struct):
     """What verifying a bundled log learned: its header, where the header frame ends, its
     event count, the time of its last event, and its facts (``model.MODEL_TYPES``)."""
 

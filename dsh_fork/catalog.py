@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from .records import nonneg_int
 
@@ -97,8 +98,7 @@ def _valid_tool_filter(value: Any) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class FactPlan:
+class FactPlan(Struct, frozen=True):
     """A version-0 catalog fact for a child, or the reason none can be made."""
 
     data: dict[str, Any] | None

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from .agents import AgentRow, list_agents
 from .discovery import Located
@@ -25,8 +26,7 @@ from .results import ReadOnly
 from .turns import TurnSummary, turn_containing, turn_summaries
 
 
-@dataclass
-class DiffSide:
+class DiffSide(Struct):
     """One of the two sessions: what it is, the turn the split falls in, its tail."""
 
     id: str
@@ -57,8 +57,7 @@ class DiffSide:
         }
 
 
-@dataclass
-class DiffResult(ReadOnly):
+class DiffResult(ReadOnly, Struct):
     a: DiffSide
     b: DiffSide
     relation: str

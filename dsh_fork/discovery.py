@@ -10,9 +10,10 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Set
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from msgspec import Struct, field
 
 from .collector import paused_gc
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
@@ -349,18 +350,17 @@ class _ProjectListing(NamedTuple):
     """Its candidate dirs the listing did not know then."""
 
 
-@dataclass
-class Root:
+class Root(Struct):
     path: Path
-    _entries: list[SessionEntry] | None = field(default=None, repr=False)
-    _children: dict[str, list[SessionEntry]] | None = field(default=None, repr=False)
-    _by_id: dict[str, SessionEntry] | None = field(default=None, repr=False)
-    _suffixes: set[str] | None = field(default=None, repr=False)
+    _entries: list[SessionEntry] | None = None
+    _children: dict[str, list[SessionEntry]] | None = None
+    _by_id: dict[str, SessionEntry] | None = None
+    _suffixes: set[str] | None = None
     """The encodings of the listed entries, kept with them (relink asks once per fork child)."""
-    _unlisted: list[SessionEntry] = field(default_factory=list, repr=False)
-    _texts: set[str] | None = field(default=None, repr=False)
+    _unlisted: list[SessionEntry] = field(default_factory=list)
+    _texts: set[str] | None = None
     """The dir texts of the listed entries (``listed_texts``), kept with them."""
-    _seen: dict[str, _ProjectListing] = field(default_factory=dict, repr=False)
+    _seen: dict[str, _ProjectListing] = field(default_factory=dict)
     """What ``unknown_texts`` found in each project dir when it last listed it."""
 
     # -- walking ----------------------------------------------------------------------------
@@ -903,8 +903,7 @@ def _order(entry: SessionEntry) -> tuple[int, str]:
 # -- resolving a SESSION argument -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Located:
+class Located(Struct, frozen=True):
     root: Root
     session_dir: Path
     generation: Generation

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from msgspec import Struct, field
 
 from .discovery import Root, SessionEntry, locate
 from .errors import Partial, SessionNotFound, UnsupportedFormat
@@ -29,8 +30,7 @@ ROOT_CODES = frozenset(("PATH_MISMATCH", "VERSION_MISMATCH", "EMPTY_DIR"))
 FLAT_SUFFIXES = (".jsonl", ".jsonl.zstd")
 
 
-@dataclass(frozen=True, slots=True)
-class DoctorFinding:
+class DoctorFinding(Struct, frozen=True):
     severity: Severity
     scope: Scope
     code: str
@@ -52,8 +52,7 @@ class DoctorFinding:
         return out
 
 
-@dataclass
-class DoctorReport:
+class DoctorReport(Struct):
     root: Path
     encoding: str
     sessions: int

@@ -22,10 +22,11 @@ Sizes are apparent sizes (``st_size``), so they add up exactly; the read is read
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
+
+from msgspec import Struct, field
 
 from .collector import paused_gc
 from .discovery import Located, Root
@@ -35,8 +36,7 @@ from .reader import FramedLog, SessionLog
 from .results import ReadOnly
 
 
-@dataclass(slots=True)
-class SessionUsage:
+class SessionUsage(Struct):
     """The bytes of one session dir; ``inherited`` is None when it could not be measured."""
 
     id: str
@@ -78,8 +78,7 @@ class SessionUsage:
         }
 
 
-@dataclass(slots=True)
-class Group:
+class Group(Struct):
     """A family (by its top session) or a project dir: the sums of its sessions."""
 
     name: str
@@ -116,8 +115,7 @@ class Group:
         }
 
 
-@dataclass
-class DiskUsage(ReadOnly):
+class DiskUsage(ReadOnly, Struct):
     root: Path
     session: str | None
     sessions: list[SessionUsage]

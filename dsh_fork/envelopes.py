@@ -6,9 +6,9 @@ into its ``type`` and ``seq`` alone and validates the rest of it in C without bu
 anything: about four times faster. It accepts a subset of what ``dense_run`` accepts (it
 refuses lenient spellings that DSH reads: lone surrogate escapes, a ``seq`` of ``5.0``, big
 integers; and nesting near orjson's depth limit), and whatever it refuses goes to
-``dense_run``, which decides and names the defect. So the verdict on a line never depends on
-whether msgspec is installed; without it every line takes ``dense_run``. Short frames take
-``dense_run`` too (``FAST_MIN_LINES``), and msgspec is imported only when a frame is long.
+``dense_run``, which decides and names the defect: the verdict on a line is ``dense_run``'s
+either way. Short frames take ``dense_run`` too (``FAST_MIN_LINES``), and the envelope
+decoder is built only when a frame is long.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from .records import dense_run
 
 FAST_MIN_LINES = 32
 """Frames of fewer lines take the orjson form: it is as quick on a few lines, and a short
-command (a two-turn fork, a relink of small agents) does not pay msgspec's import (about 8 ms,
-most of it ``typing_extensions``)."""
+command (a two-turn fork, a relink of small agents) does not build the envelope decoder."""
 
 
 class _Envelope(Protocol):
@@ -33,16 +32,13 @@ class _Envelope(Protocol):
 
 
 _FastForm = tuple[Callable[[bytes], _Envelope] | None, tuple[type[Exception], ...]]
-"""msgspec's decoder of an envelope (None without msgspec) and the errors that mean "refused"."""
+"""msgspec's decoder of an envelope and the errors that mean "refused"."""
 
 _fast: _FastForm | None = None  # loaded on first use
 
 
 def _load() -> _FastForm:
-    try:
-        import msgspec
-    except ImportError:  # pragma: no cover - the pure-orjson path
-        return None, ()
+    import msgspec
 
     # The two fields an event line must hold; the rest is validated and skipped. Untracked by
     # the garbage collector: a frame makes hundreds of them.
@@ -54,7 +50,7 @@ def _load() -> _FastForm:
 
 
 def fast_form() -> _FastForm:
-    """The msgspec form, imported the first time a frame is long enough to use it."""
+    """The msgspec form, built the first time a frame is long enough to use it."""
     global _fast
     if _fast is None:
         _fast = _load()

@@ -16,9 +16,10 @@ import errno
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from . import bundle
 from .bundle import BundleSession, Compression, Manifest, Role
@@ -43,8 +44,7 @@ from .reader import check_version, open_log, stable_read
 TEMP_SUFFIX = ".dsh-fork.tmp"
 
 
-@dataclass
-class ExportResult:
+class ExportResult(Struct):
     """What an export wrote: the archive and the manifest inside it."""
 
     path: Path
@@ -68,8 +68,7 @@ class ExportResult:
         }
 
 
-@dataclass
-class _Read:
+class _Read(Struct):
     """One family member as the first read saw it: what the manifest says, where to re-read."""
 
     session: BundleSession

@@ -20,8 +20,9 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 ENV_VAR = "DSH_FORK_FAULT"
 _ERRNOS = {
@@ -36,8 +37,7 @@ class InjectedCrash(BaseException):
     """Raised by a ``crash`` plan: a BaseException, so no ``except Exception`` cleanup runs."""
 
 
-@dataclass
-class Plan:
+class Plan(Struct):
     action: str
     at: int
     count: int = 0

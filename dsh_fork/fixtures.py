@@ -11,11 +11,11 @@ import os
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+from msgspec import Struct, field
 
 from . import frames as zframes
 from .errors import Partial, UsageError
@@ -60,8 +60,7 @@ def _line(event_type: str, seq: int, time: int, data: Any, extra: dict[str, Any]
     return dumps_record(obj) + b"\n"
 
 
-@dataclass
-class SessionSpec:
+class SessionSpec(Struct):
     """One session to write: header fields, then lines appended event by event."""
 
     id: str
@@ -343,8 +342,7 @@ def write_spec_as(spec: SessionSpec, root: Path, version: int, *, encoding: str 
 # -- whole roots ----------------------------------------------------------------------------
 
 
-@dataclass
-class FixtureSummary:
+class FixtureSummary(Struct):
     """What ``generate`` wrote; ``to_json`` is the ``fixture --json`` document."""
 
     root: Path
@@ -384,8 +382,7 @@ Progress = Callable[[int, int], None]
 """``progress(done, total)``: sessions written so far, of how many."""
 
 
-@dataclass
-class _Tree:
+class _Tree(Struct):
     """The state one ``generate`` run shares while it builds its session trees."""
 
     ids: Ids

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from . import inbox, seeded
 from .discovery import Located, Root, locate
@@ -48,8 +49,7 @@ CATALOG_TYPE = "subagent/catalog"
 MAX_SEGMENT_BYTES = 255
 
 
-@dataclass
-class ForkResult:
+class ForkResult(Struct):
     """What a fork wrote (or, with ``dry_run``, would write): semantics §3.2."""
 
     child_id: str | None
@@ -65,7 +65,7 @@ class ForkResult:
     dry_run: bool
     agents: RelinkSummary | None = None
     warnings: list[str] = field(default_factory=list)
-    failure: Partial | None = field(default=None, repr=False)
+    failure: Partial | None = None
     cwd: str | None = None
     source_cwd: str | None = None
     cwd_moved: bool = False

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import zstandard
+from msgspec import Struct
 
 from . import parallel
 from .errors import CorruptLog
@@ -59,8 +59,7 @@ CHILD_SHARE = 0.52
 """The child's share of the frames (by compressed bytes): the parent also folds the results."""
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(Struct, frozen=True):
     start: int
     end: int
     checksum: bool
@@ -72,8 +71,7 @@ class Frame:
         return self.end - self.start
 
 
-@dataclass(frozen=True, slots=True)
-class FrameScan:
+class FrameScan(Struct, frozen=True):
     frames: tuple[Frame, ...]
     torn_start: int | None
     size: int

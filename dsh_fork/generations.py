@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from msgspec import Struct
 
 Encoding = Literal["zstd", "plain"]
 
@@ -22,8 +23,7 @@ _BASE = re.compile(r"session(?:\.v([1-9][0-9]*))?\.jsonl")
 _TEMP = re.compile(r".*\.tmp(?:-[0-9]+)?|.*\.repair|.*\.bak.*")
 
 
-@dataclass(frozen=True, slots=True)
-class Generation:
+class Generation(Struct, frozen=True):
     path: Path
     version: int
     encoding: Encoding

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from msgspec import Struct, field
 
 from . import bundle, seeded, writer
 from . import frames as zframes
@@ -53,8 +54,7 @@ _ID_NAMESPACE = uuid.UUID("6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f")
 _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
 
 
-@dataclass
-class ImportItem:
+class ImportItem(Struct):
     """One session of the bundle and what the import does with it."""
 
     source: str
@@ -82,8 +82,7 @@ class ImportItem:
         }
 
 
-@dataclass
-class ImportResult:
+class ImportResult(Struct):
     archive: Path
     root: Path
     top: str
@@ -123,8 +122,7 @@ class ImportResult:
         )
 
 
-@dataclass
-class _Checked:
+class _Checked(Struct):
     """What the first pass learned of one log: enough to plan its seeded copy."""
 
     session: BundleSession

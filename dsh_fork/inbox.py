@@ -11,8 +11,9 @@ removes items like any other. A fork inherits what is still queued at its cut; `
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from .records import nonneg_int
 
@@ -20,8 +21,7 @@ SPLICE_TYPE = "agent/inbox/spliced"
 TARGETS = ("next-turn", "next-step")
 
 
-@dataclass(frozen=True, slots=True)
-class Queued:
+class Queued(Struct, frozen=True):
     """One pending item and the seq of the splice that queued it."""
 
     seq: int

@@ -13,11 +13,11 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from msgspec import Struct, field
 
 from . import frames as zframes
 from . import parallel
@@ -68,8 +68,7 @@ _SPACES = re.compile(r"\s+")
 # -- short event lines ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class EventLine:
+class EventLine(Struct, frozen=True):
     """One line of ``inspect --events``."""
 
     seq: int
@@ -214,8 +213,7 @@ def summarize(ev: Event) -> str:
 # -- the report -------------------------------------------------------------------------------
 
 
-@dataclass
-class FrameStats:
+class FrameStats(Struct):
     count: int
     header_frame_ok: bool
     with_checksum: int
@@ -232,13 +230,12 @@ class FrameStats:
         }
 
 
-@dataclass
-class InspectReport:
+class InspectReport(Struct):
     """Everything ``inspect`` shows; ``to_json`` is the ``--json`` document."""
 
     session_dir: Path
-    log: SessionLog = field(repr=False)
-    facts: Facts = field(repr=False)
+    log: SessionLog
+    facts: Facts
     generations: list[GenerationInfo]
     ignored_files: list[str]
     root_encoding: str
@@ -452,8 +449,7 @@ def inspect_session(located: Located, *, events: bool) -> InspectReport:
         return _inspect(located, events=events)
 
 
-@dataclass
-class _Pass:
+class _Pass(Struct):
     """What inspect folds from a run of events: checks, model facts, type counts, lines."""
 
     validator: Validator

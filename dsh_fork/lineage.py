@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from msgspec import Struct, field
 
 from .collector import paused_gc
 from .discovery import Located, Root, SessionEntry
@@ -61,8 +62,7 @@ PLACED_AT_TOP = frozenset((PARENT_MISSING, SELF_PARENT, CYCLE))
 """Flags of a node drawn at the top although it names a parent."""
 
 
-@dataclass(slots=True)
-class Node:
+class Node(Struct):
     """One session of the root, placed under its parent (or at the top)."""
 
     id: str
@@ -72,7 +72,7 @@ class Node:
     parent: str | None
     created_at: int | None
     is_seeded: bool
-    entry: SessionEntry = field(repr=False)
+    entry: SessionEntry
     version: int | None = None
     """The chosen generation's version, read from the entry while it is at hand."""
     cut: int | None = None
@@ -84,8 +84,8 @@ class Node:
     copy_of: str | None = None
     error: str | None = None
     flags: list[str] = field(default_factory=list)
-    children: list[Node] = field(default_factory=list, repr=False)
-    facts: Facts | None = field(default=None, repr=False)
+    children: list[Node] = field(default_factory=list)
+    facts: Facts | None = None
 
     @property
     def session_dir(self) -> Path:
@@ -132,8 +132,7 @@ class Node:
         }
 
 
-@dataclass(frozen=True)
-class Edge:
+class Edge(Struct, frozen=True):
     """``parent`` → ``child`` by header (kind = the child's kind), or copy → source."""
 
     source: Node
@@ -150,8 +149,7 @@ class Edge:
         }
 
 
-@dataclass
-class Lineage(ReadOnly):
+class Lineage(ReadOnly, Struct):
     """The forest of a root (or of one family): top nodes with their descendants."""
 
     root: Path

@@ -8,8 +8,9 @@ any log is decoded, so a narrow listing of a large root reads only the logs it s
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
@@ -23,8 +24,7 @@ from .times import iso_ms
 KINDS = HEADER_KINDS
 
 
-@dataclass(slots=True)
-class SessionRow:
+class SessionRow(Struct):
     """One session of the root; ``error`` names why its log could not be read."""
 
     id: str
@@ -61,8 +61,7 @@ class SessionRow:
         }
 
 
-@dataclass
-class SessionList:
+class SessionList(Struct):
     """The rows of a root, newest activity first, and the filters that chose them."""
 
     root: str

@@ -7,8 +7,9 @@ from a selective read of a huge log (see ``reader.open_log(collect=...)``).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from . import inbox
 from .reader import SessionLog, TornTail
@@ -32,14 +33,12 @@ MODEL_TYPES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class OpenTurnInfo:
+class OpenTurnInfo(Struct, frozen=True):
     turn: int | None
     start_seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class CatalogEntry:
+class CatalogEntry(Struct, frozen=True):
     seq: int
     data: Any
 
@@ -49,15 +48,13 @@ class CatalogEntry:
         return value if isinstance(value, str) else None
 
 
-@dataclass(frozen=True, slots=True)
-class Descriptor:
+class Descriptor(Struct, frozen=True):
     seq: int
     data: Any
     inherited_only: bool
 
 
-@dataclass
-class Facts:
+class Facts(Struct):
     """Derived facts of one log (semantics §2.6, format §10)."""
 
     header: Header

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from .errors import UsageError
 from .layout import oplog_path, resolve_root
@@ -37,8 +38,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
 Progress = Callable[[int, int, str], None]
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(Struct, frozen=True):
     """Where a command works: ``--root`` as given, the environment, and what they resolve to."""
 
     root_option: str | None

@@ -11,16 +11,16 @@ import contextlib
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from .model import Facts
 from .reader import SessionLog
 from .records import Event, decode_source_seqs
 
 
-@dataclass(frozen=True)
-class Logged:
+class Logged(Struct, frozen=True):
     """An opened session: the id it is known by, its log and the facts derived from it."""
 
     id: str

@@ -18,11 +18,12 @@ from __future__ import annotations
 import abc
 import bisect
 import contextlib
-import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
+from msgspec import Struct, field
 
 from . import frames as zframes
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
@@ -95,8 +96,7 @@ def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
     raise SessionStale(f"{path} changed while it was being read", path=str(path))
 
 
-@dataclass(frozen=True, slots=True)
-class TornTail:
+class TornTail(Struct, frozen=True):
     """An incomplete final frame (or final line): what DSH truncates on its next write.
 
     ``recovered`` holds its complete lines; those that parse and continue the seqs are kept
@@ -108,8 +108,7 @@ class TornTail:
     recovered: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(Struct, frozen=True):
     """A run of whole body lines: adjacent zstd frames whose plaintexts end on a line boundary
     (usually one frame), the whole body of a plain log (no frames), or the kept lines of a torn
     tail (no frames, ``recovered``)."""
@@ -126,8 +125,7 @@ class Chunk:
         return self.first_seq + self.count
 
 
-@dataclass(slots=True)
-class FrameIndex:
+class FrameIndex(Struct):
     """Where each seq lives: the chunks in seq order. Built in one pass, in parts (a pass split
     between processes) or by the parallel summaries of ``build``."""
 
@@ -807,7 +805,7 @@ def _line_runs(
         if not plaintext:
             last = chunks[-1] if chunks else None
             if last is not None and not last.recovered and last.end_seq == seq:
-                chunks[-1] = dataclasses.replace(last, frames=last.frames + run)
+                chunks[-1] = msgspec.structs.replace(last, frames=last.frames + run)
             else:
                 chunks.append(Chunk(run, seq, 0, k))
             continue

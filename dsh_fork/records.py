@@ -10,10 +10,10 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
+from msgspec import Struct
 
 from .errors import CorruptLog, UnsupportedFormat
 from .generations import MAX_SAFE_INTEGER, SUPPORTED_VERSION
@@ -294,8 +294,7 @@ def encode_header(
 # -- events ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Event:
+class Event(Struct):
     """One logical event. ``raw`` is the stored line (no 0x0A); None for packed-row members."""
 
     seq: int

@@ -17,11 +17,12 @@ import contextlib
 import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from . import layout, seeded, writer
 from . import oplog as messages
@@ -52,8 +53,7 @@ LINEAGE_CYCLE = "lineage cycle"
 # -- the fork point ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ForkPoint:
+class ForkPoint(Struct, frozen=True):
     """Where a new parent's history branched off its source parent.
 
     ``parent_id`` is the nearest source parent whose children are candidates; ``chain`` the
@@ -151,8 +151,7 @@ def belongs(point: ForkPoint, child_id: str, created_at: int, horizon: int | Non
 # -- results ----------------------------------------------------------------------------------
 
 
-@dataclass
-class RelinkSummary:
+class RelinkSummary(Struct):
     """The outcome of one fork child (semantics §4.6); ``to_json`` is the contract object."""
 
     fork_child: str | None
@@ -166,9 +165,9 @@ class RelinkSummary:
     descriptors_repaired: list[str] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    unlisted: list[Path] | None = field(default=None, repr=False, compare=False)
+    unlisted: list[Path] | None = None
     """Not part of the outcome: the dirs the run found unlisted, for ``sweep_abandoned``."""
-    temp_left: set[str] = field(default_factory=set, repr=False, compare=False)
+    temp_left: set[str] = field(default_factory=set)
     """Not part of the outcome: the copies whose publish left its temp (rare), by id."""
 
     def to_json(self) -> dict[str, Any]:
@@ -229,8 +228,7 @@ class RelinkSummary:
         )
 
 
-@dataclass
-class RelinkAllResult:
+class RelinkAllResult(Struct):
     """``relink --all``: one summary per fork child and every failure, each with its fork."""
 
     results: list[RelinkSummary]
@@ -262,8 +260,7 @@ class RelinkAllResult:
 # -- the plan ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Opened:
+class _Opened(Struct):
     """A session whose log the planner needed: readable (log, facts) or not (error)."""
 
     entry: SessionEntry
@@ -294,29 +291,25 @@ def _open(entry: SessionEntry) -> _Opened:
     return _Opened(entry, log, facts_of(log))
 
 
-@dataclass(slots=True)
-class _Fail:
+class _Fail(Struct):
     id: str
     code: str
     message: str
 
 
-@dataclass(slots=True)
-class _Skip:
+class _Skip(Struct):
     id: str
     reason: str
 
 
-@dataclass(slots=True)
-class _Uncat:
+class _Uncat(Struct):
     """A belonging child whose descriptor cannot make a catalog fact: reported, not copied."""
 
     id: str
     reason: str
 
 
-@dataclass(slots=True)
-class _Copy:
+class _Copy(Struct):
     source: _Opened
     """S, its log released once the prefix is taken: the plan of a wide tree holds no log."""
     inherited: int
@@ -335,15 +328,13 @@ class _Copy:
         return orjson.loads(self.descriptor)
 
 
-@dataclass(slots=True)
-class _Match:
+class _Match(Struct):
     source_id: str
     existing: _Opened
     level: _Level
 
 
-@dataclass(slots=True)
-class _Repair:
+class _Repair(Struct):
     """A catalog fact for an existing child of the level's parent that has none."""
 
     child: _Opened
@@ -374,8 +365,7 @@ class _NewFact(NamedTuple):
         return parse_line(self.encoded)[0]
 
 
-@dataclass(slots=True)
-class _Level:
+class _Level(Struct):
     """Everything that happens under one new parent (C, a copy, or a matched copy)."""
 
     point: ForkPoint
@@ -421,8 +411,7 @@ def _failure(child_id: str, error: DshForkError) -> _Fail:
     return _Fail(child_id, error.code, error.message)
 
 
-@dataclass(slots=True)
-class _Member:
+class _Member(Struct):
     """One candidate: a subagent child of a source parent on the chain (rank 0 = nearest)."""
 
     entry: SessionEntry
@@ -732,8 +721,7 @@ LOCKS_HELD_MAX = 128
 """Copy locks a walk holds at once before its batches shrink (to one copy at a time)."""
 
 
-@dataclass
-class _Parent:
+class _Parent(Struct):
     """The new parent of a level as the walk knows it (no id/dir for a planned copy)."""
 
     id: str | None

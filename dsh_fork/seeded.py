@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Container
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from . import writer
 from .discovery import Root
@@ -45,8 +46,7 @@ MARKER_TYPE = "session/end-seed"
 ID_ATTEMPTS = 5
 
 
-@dataclass
-class SeededPlan:
+class SeededPlan(Struct):
     """Everything a seeded session is made of, decided before anything is written."""
 
     session_id: str
@@ -142,8 +142,7 @@ def plan(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RunRef:
+class RunRef(Struct, frozen=True):
     """A verbatim run left in its source file: reopened when it is written, and refused as
     SESSION_STALE if the file is no longer the one read (``source.Identity``)."""
 
@@ -169,8 +168,7 @@ class RunRef:
         return FileRun(FileBytes(fd, Path(self.path), self.identity), self.start, self.end)
 
 
-@dataclass(eq=False, slots=True)
-class Prefix:
+class Prefix(Struct, eq=False):
     """What a seeded session takes from its source, taken once (``take``): the source's log
     can then be dropped long before the session is written."""
 

@@ -10,8 +10,9 @@ parsed (``SUMMARY_TYPES``), one at a time.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from .errors import InvalidBoundary, OpenTurn
 from .model import TURN_TYPES
@@ -33,8 +34,7 @@ CONTENT_TYPES = frozenset(("user/message", "tool/call", "subagent/catalog"))
 FIRST_LINE_WIDTH = 80
 
 
-@dataclass
-class TurnSummary:
+class TurnSummary(Struct):
     """One turn: where it lies, how it ended, what the user asked, what ran in it."""
 
     number: int

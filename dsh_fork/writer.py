@@ -26,9 +26,10 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from msgspec import Struct, field
 
 from . import faults, fsdir
 from . import frames as zframes
@@ -275,8 +276,7 @@ def _generations_among(names: list[str]) -> list[tuple[int, str, str]]:
 # -- publishing -----------------------------------------------------------------------------
 
 
-@dataclass
-class Body:
+class Body(Struct):
     """The events of a new session: whole compressed frames, then plaintext lines to frame."""
 
     frames: list[bytes | memoryview | FileRun] = field(default_factory=list)
@@ -292,8 +292,7 @@ class Body:
         return self.frames + [zframes.encode(chunk) for chunk in zframes.batch_lines(lines)]
 
 
-@dataclass
-class Published:
+class Published(Struct):
     path: Path
     session_dir: Path
     size: int
@@ -302,8 +301,7 @@ class Published:
     """The temp could not be removed after the link (an ignored name a sweep removes)."""
 
 
-@dataclass
-class Draft:
+class Draft(Struct):
     """A new session to publish: its dir (existing, empty), header and events."""
 
     session_dir: Path
@@ -321,8 +319,7 @@ class Draft:
     dead run's temps (only a writer drawing the same id could have put one there)."""
 
 
-@dataclass(eq=False)
-class _Pending:
+class _Pending(Struct, eq=False):
     """A publish between its steps: locked, its temp created and written, maybe linked."""
 
     session_dir: Path
@@ -744,8 +741,7 @@ def sweep_own_temps(session_dir: Path) -> list[str]:
 # -- appending ------------------------------------------------------------------------------
 
 
-@dataclass
-class Appended:
+class Appended(Struct):
     """What an append did: the seqs it wrote and whether it repaired a torn tail first."""
 
     first_seq: int

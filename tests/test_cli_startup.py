@@ -104,16 +104,13 @@ def test_the_version_is_the_same_with_or_without_typer(args: list[str], typer_lo
     assert proc.stderr.strip().splitlines()[-1] == loaded
 
 
-FORK_PROBE = probe(
-    "' '.join(m for m in ('msgspec', 'concurrent.futures', 'pickle') if m in sys.modules)"
-)
+FORK_PROBE = probe("' '.join(m for m in ('concurrent.futures', 'pickle') if m in sys.modules)")
 
 
 @pytest.mark.parametrize(("agents", "imported"), [(0, ""), (2, "concurrent.futures")])
 def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imported: str) -> None:
-    """A two-turn fork checks its few lines without msgspec and decodes without a second
-    process; it syncs its one new session without a thread pool, which only a batch of copies
-    (its subagents) starts."""
+    """A two-turn fork decodes without a second process (no pickling); it syncs its one new
+    session without a thread pool, which only a batch of copies (its subagents) starts."""
     root = tmp_path / "sessions"
     summary = generate(root, sessions=1, agents=agents, depth=1, turns=2)
     proc = subprocess.run(

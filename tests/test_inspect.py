@@ -516,7 +516,6 @@ def test_v0_packed_rows_are_expanded(root: Path, clock: Clock) -> None:
 
 
 UNNEEDED_AT_START = (
-    "msgspec",
     "pickle",
     "dsh_fork.envelopes",
     "dsh_fork.catalog",
@@ -525,7 +524,7 @@ UNNEEDED_AT_START = (
 
 
 def test_inspecting_a_small_log_imports_nothing_it_does_not_use(root: Path, clock: Clock) -> None:
-    """Start-up: the envelope check and msgspec serve only the copied-line check of fork,
+    """Start-up: the envelope check serves only the copied-line check of fork,
     pickle only a log split between two processes, the catalog rules only a log with catalog
     facts or descriptors, the turn summaries only ``--turns``."""
     spec = spec_of("session-small")
