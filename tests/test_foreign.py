@@ -405,3 +405,31 @@ def test_a_fork_of_each_accepted_v4_session_inherits_what_dsh_sees(
     assert 0 <= inherited <= len(seen)
     assert [e.raw for e in child.log.events()][:inherited] == seen[:inherited]
     assert child.facts.cut == inherited and child.log.event_count == inherited + 1
+
+
+def test_the_fast_header_form_agrees_with_header_of_on_every_foreign_header() -> None:
+    """Each foreign log's first line, under its file name's version: what msgspec's fast
+    form accepts, ``header_of`` accepts with the same values (``records._fast_header``)."""
+    from dsh_fork import records
+
+    seen = taken = 0
+    for log in sorted(ROOTS.glob("*/*/*/session.v*.jsonl.zstd")):
+        version = next((g.version for g in list_generations(log.parent) if g.path == log), None)
+        if version is None or version < 2:
+            continue
+        data = log.read_bytes()
+        try:
+            scan = zframes.scan(data)
+            if not scan.frames:
+                continue
+            line = zframes.decode(data, scan.frames[0]).split(b"\n", 1)[0]
+        except DshForkError:
+            continue
+        seen += 1
+        fast = records._fast_header(line, version)
+        if fast is None:
+            continue
+        taken += 1
+        value, _ = parse_line(line)
+        assert records.header_of(value, line, version) == fast, log
+    assert seen and taken  # the foreign headers do reach the fast form
