@@ -48,6 +48,8 @@ PIECE_BYTES = 256 * 1024
 """The plaintext of such a frame is handed on about this many bytes at a time."""
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_SIZE)
+"""The one decompression context of every decode: its calls are one-shot, so they share it
+(making a context per log cost more than decoding a small one), and no two threads decode."""
 T = TypeVar("T")
 Data = bytes | memoryview | FileBytes
 """A log's bytes: in memory, or read on demand from its descriptor in bounded windows."""
@@ -185,7 +187,7 @@ def decode(data: Data, frame: Frame, index: int = 0, limit: int = MAX_FRAME_PLAI
     """Plaintext of one complete frame, at most ``limit`` bytes (else corruption); the content
     checksum is verified by libzstd."""
     view, origin = _window(data, frame.start, frame.end)
-    return _decode_bounded(_DECOMPRESSOR, view, frame, index, limit, origin)
+    return _decode_bounded(view, frame, index, limit, origin)
 
 
 def _window(data: Data, start: int, end: int) -> tuple[memoryview, int]:
@@ -250,9 +252,7 @@ def decode_all(data: bytes, frames: Sequence[Frame], first_index: int = 0) -> li
     bound."""
     view = memoryview(data)
     return [
-        _decode_bounded(
-            _DECOMPRESSOR, view, frame, k, MAX_HEADER_PLAINTEXT if k == 0 else MAX_FRAME_PLAINTEXT
-        )
+        _decode_bounded(view, frame, k, MAX_HEADER_PLAINTEXT if k == 0 else MAX_FRAME_PLAINTEXT)
         for k, frame in enumerate(frames, first_index)
     ]
 
@@ -343,7 +343,6 @@ def decode_pieces(
 
 
 def _decode_bounded(
-    dctx: zstandard.ZstdDecompressor,
     view: memoryview,
     frame: Frame,
     index: int,
@@ -365,7 +364,7 @@ def _decode_bounded(
     cap = frame.blocks * MAX_BLOCK_SIZE
     if cap <= limit and (declared is None or 0 < declared <= cap):
         try:
-            return dctx.decompress(
+            return _DECOMPRESSOR.decompress(
                 view[frame.start - origin : frame.end - origin], max_output_size=cap
             )
         except zstandard.ZstdError:
@@ -450,16 +449,13 @@ def _map_part(
     pieces: bool = True,
 ) -> Generator[T, None, None]:
     """``map_frames`` in this process; with ``pieces`` a large frame is given in pieces."""
-    # One-shot decompress calls share the module's context: a new one per call cost more
-    # than decoding a small log (relink opens a source per copy). No two threads decode.
-    dctx = _DECOMPRESSOR
     k = first_index
     for view, origin, group in _windows(data, frames):
         for frame in group:
             if pieces and frame.blocks * MAX_BLOCK_SIZE > PIECES_MIN_PLAINTEXT:
                 yield then(decode_pieces(view, frame, k, MAX_FRAME_PLAINTEXT, origin))
             else:
-                yield then((_decode_bounded(dctx, view, frame, k, MAX_FRAME_PLAINTEXT, origin),))
+                yield then((_decode_bounded(view, frame, k, MAX_FRAME_PLAINTEXT, origin),))
             k += 1
 
 

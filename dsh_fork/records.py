@@ -316,7 +316,7 @@ def _fast_header(line: bytes, file_version: int) -> Header | None:
         _decode_header = msgspec.json.Decoder(_HeaderForm).decode
     try:
         form = _decode_header(line)
-    except (msgspec.DecodeError, RecursionError):
+    except msgspec.DecodeError:  # no nesting is decoded: every field is a scalar
         return None
     cwd, parent, origin, preset = form.cwd, form.parent_session, form.origin, form.agent_preset
     if form.version != file_version or (cwd is not UNSET and not is_absolute_cwd(cwd)):

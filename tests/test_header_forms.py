@@ -210,3 +210,14 @@ def test_the_fast_form_refuses_every_header_header_of_refuses(
     line = json.dumps({**typical(), **change}).encode()
     assert records._fast_header(line, file_version) is None
     assert isinstance(decided(line, file_version), DshForkError)
+
+
+def test_the_fast_form_names_exactly_the_v2_header_keys() -> None:
+    """The key rules live in ``records`` (``HEADER_KEYS_V2``, the required ones); the fast
+    form spells them as fields, so a key added to one and not the other fails here."""
+    import msgspec
+
+    info = msgspec.inspect.type_info(records._HeaderForm)
+    assert isinstance(info, msgspec.inspect.StructType)
+    assert {f.encode_name for f in info.fields} == set(HEADER_KEYS_V2)
+    assert {f.encode_name for f in info.fields if f.required} == records._REQUIRED_V2
