@@ -1,14 +1,16 @@
-"""The console script leaves without freeing what a read-only command built.
+"""The console script leaves without the interpreter's teardown.
 
 Freeing the nodes and entries of a large root takes longer than writing their document, so
-the read-only commands hold their results (``base.keep``) and the console script ends with
-``os._exit`` once the streams are flushed (``base.leave``). These tests hold the script's
+the read-only commands hold their results (``base.keep``), and every run of the console
+script ends with ``os._exit`` once the streams are flushed (``base.leave``): teardown would
+only free memory, and it is a tenth of a short fork's run. These tests hold the script's
 output, messages and exit codes against the in-process run, which frees as usual, on a
 root with damaged sessions (so that warnings and the PARTIAL exit are part of it).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from lineagekit import generate_oddities
 from test_listing_split import hostile
 
 from dsh_fork.discovery import Root
+from dsh_fork.fixtures import generate
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +75,8 @@ cli_launcher.main()
 """
 
 
-@pytest.mark.parametrize(
-    ("args", "torn_down"),
-    [(["tree", "--json"], False), (["du"], False), (["--help"], True)],
-    ids=["tree", "du", "help"],
-)
-def test_the_script_leaves_without_teardown_only_after_a_held_result(
-    odd_root: Path, args: list[str], torn_down: bool
-) -> None:
+@pytest.mark.parametrize("args", [["tree", "--json"], ["du"], ["--help"]], ids=str)
+def test_the_script_leaves_without_teardown(odd_root: Path, args: list[str]) -> None:
     code = LEFT_EARLY.format(tests=str(Path(cli_launcher.__file__).parent))
     proc = subprocess.run(
         [sys.executable, "-c", code, "--root", str(odd_root), *args],
@@ -89,4 +86,54 @@ def test_the_script_leaves_without_teardown_only_after_a_held_result(
     )
     assert proc.returncode in (0, 10)
     assert proc.stdout  # the whole output was flushed before leaving
-    assert (b"torn down" in proc.stderr) == torn_down
+    assert b"torn down" not in proc.stderr
+
+
+LEAVE_PROBE = (
+    "import gc, os, sys\n"
+    "from dsh_fork.cli.app import main\n"
+    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+    "leave = os._exit\n"
+    "def left(code):\n"
+    "    print(f'left {code} gc={gc.isenabled()} frozen={gc.get_freeze_count() > 1000}',\n"
+    "          file=sys.stderr)\n"
+    "    sys.stderr.flush()\n"
+    "    leave(code)\n"
+    "os._exit = left\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as exit:\n"
+    "    print(f'returned {exit.code}', file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [(["fork", "{top}", "--id", "f1"], 0), (["relink", "f1"], 0), (["fork", "nope"], 3)],
+)
+def test_a_console_run_of_a_writer_ends_without_teardown(
+    tmp_path: Path, args: list[str], code: int
+) -> None:
+    """A writer's run ends as a read-only one does: its output flushed, then ``os._exit`` with
+    its exit code (what it wrote is durable before it returns), the collector back on and
+    start-up's objects frozen out of its scans."""
+    root = tmp_path / "sessions"
+    summary = generate(root, sessions=1, agents=2, depth=1, turns=2)
+    if args[0] == "relink":
+        fork = ["fork", summary.top_level[0], "--id", "f1", "--no-agents"]
+        subprocess.run(
+            [sys.executable, "-c", LEAVE_PROBE, "--root", str(root), *fork],
+            check=True,
+            capture_output=True,
+        )
+    argv = [a.format(top=summary.top_level[0]) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-c", LEAVE_PROBE, "--root", str(root), *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.stderr.strip().splitlines()[-1] == f"left {code} gc=True frozen=True"
+    assert proc.returncode == code
+    if code == 0:  # the output a run prints before it leaves is all there
+        assert re.search(r"^\s*(agents: )?copied:? 2\b", proc.stdout, re.M), proc.stdout

@@ -45,11 +45,16 @@ def main() -> None:
 
         sys.stdout.write(f"dsh-fork {__version__}\n")
         return
+    import gc
+
+    gc.disable()  # start-up builds thousands of objects that live as long as the process
     from . import base
 
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
     base.hold_results()
+    gc.freeze()  # ... and no collection scans them again
+    gc.enable()
     try:
         base.app(prog_name="dsh-fork")
     except SystemExit as exc:

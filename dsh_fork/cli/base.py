@@ -107,7 +107,8 @@ _HELD: list[object] | None = None
 
 
 def hold_results() -> None:
-    """Called by the console script only (in-process runs, such as tests, hold nothing)."""
+    """Called by the console script only: its process then ends at once when the command
+    does (``leave``). In-process runs, such as tests, hold nothing and return."""
     global _HELD
     _HELD = []
 
@@ -122,9 +123,11 @@ def keep(*values: object) -> None:
 
 
 def leave(code: object) -> None:
-    """End the process now when a command's results are held: the streams flushed, nothing
-    freed. A read-only command has no temp file, lock or thread left to finish by then."""
-    if not _HELD:
+    """End the console script's process now, the streams flushed and nothing freed: the
+    interpreter's teardown (a tenth of a short fork's run) would only free memory. No command
+    leaves a temp file, lock, thread or child process to finish once it has returned, and
+    what a writer wrote is durable before it returns (a crash at any point is safe too)."""
+    if _HELD is None:
         return
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed reader: exit 141 was chosen
