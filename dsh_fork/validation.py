@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import InitVar, dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
+
+from msgspec import Struct, field
+from msgspec.structs import fields
 
 from .collector import paused_gc
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
@@ -153,8 +156,7 @@ FINDINGS_PER_CODE = 50
 """Findings kept per code and session; the rest are counted in one summary finding."""
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(Struct, frozen=True):
     """One checklist result; ``seq`` names the event it is about, when there is one."""
 
     severity: Severity
@@ -200,8 +202,7 @@ def _repair_number(message_id: str, prefix: str) -> int | None:
     return int(rest)
 
 
-@dataclass(repr=False, eq=False)
-class _Call:
+class _Call(Struct):
     name: Any
     arguments: Any
     started: bool = False
@@ -212,21 +213,13 @@ Merge = Literal["later", "sum", "union", "extend", "any"]
 """How a field of a later part of the log combines with the earlier part's (``_State``)."""
 
 
-_LATER = {"merge": "later"}
-_SUM = {"merge": "sum"}
-_UNION = {"merge": "union"}
-_EXTEND = {"merge": "extend"}
-_ANY = {"merge": "any"}
-
-
-@dataclass(repr=False, eq=False)
-class _State:
-    """State of one concern of the checks; ``absorb`` follows each field's declared rule."""
+class _State(Struct, eq=False):
+    """State of one concern of the checks; ``absorb`` follows each field's declared rule, the
+    ``Merge`` its type is annotated with (``Annotated[int, "sum"]``)."""
 
     def absorb(self, later: Self) -> None:
-        for item in fields(self):
-            rule: Merge = item.metadata["merge"]
-            mine, theirs = getattr(self, item.name), getattr(later, item.name)
+        for name, rule in merge_rules(type(self)):
+            mine, theirs = getattr(self, name), getattr(later, name)
             if rule == "later":
                 value = theirs
             elif rule == "sum":
@@ -235,34 +228,45 @@ class _State:
                 value = mine or theirs
             else:  # "union" of sets, "extend" of lists
                 value = mine | theirs if rule == "union" else mine + theirs
-            setattr(self, item.name, value)
+            setattr(self, name, value)
 
 
-@dataclass(repr=False, eq=False)
+@cache
+def merge_rules(group: type[_State]) -> tuple[tuple[str, Merge], ...]:
+    """(field, rule) of every field of a state group: read from the types once per class, and
+    only by a pass that merges (the two-process pass of a large log)."""
+    rules = []
+    for item in fields(group):
+        declared = [m for m in getattr(item.type, "__metadata__", ()) if m in get_args(Merge)]
+        if len(declared) != 1:
+            raise TypeError(f"{group.__name__}.{item.name} declares no single merge rule")
+        rules.append((item.name, declared[0]))
+    return tuple(rules)
+
+
 class _Envelope(_State):
     """Envelope checks: stateless but for the count of events checked (pre-v4 logs)."""
 
-    events: int = field(default=0, metadata=_SUM)
+    events: Annotated[int, "sum"] = 0
 
 
-@dataclass(repr=False, eq=False)
 class _Lifecycle(_State):
     """Turns, steps, tool calls, compaction brackets and commands."""
 
-    next_turn: int = field(default=1, metadata=_LATER)
-    open_turn: int | None = field(default=None, metadata=_LATER)
-    open_turn_seq: int | None = field(default=None, metadata=_LATER)
-    open_step: int | None = field(default=None, metadata=_LATER)
-    next_step: int = field(default=1, metadata=_LATER)
-    calls: dict[str, _Call] = field(default_factory=dict, metadata=_LATER)
-    pending: int = field(default=0, metadata=_LATER)
+    next_turn: Annotated[int, "later"] = 1
+    open_turn: Annotated[int | None, "later"] = None
+    open_turn_seq: Annotated[int | None, "later"] = None
+    open_step: Annotated[int | None, "later"] = None
+    next_step: Annotated[int, "later"] = 1
+    calls: Annotated[dict[str, _Call], "later"] = field(default_factory=dict)
+    pending: Annotated[int, "later"] = 0
     """How many advertised calls of the open turn have no result yet."""
-    compaction_open: int | None = field(default=None, metadata=_LATER)
-    commands_run: set[str] = field(default_factory=set, metadata=_UNION)
-    commands_done: set[str] = field(default_factory=set, metadata=_UNION)
-    unmatched_done: set[str] = field(default_factory=set, metadata=_UNION)
+    compaction_open: Annotated[int | None, "later"] = None
+    commands_run: Annotated[set[str], "union"] = field(default_factory=set)
+    commands_done: Annotated[set[str], "union"] = field(default_factory=set)
+    unmatched_done: Annotated[set[str], "union"] = field(default_factory=set)
     """command/done ids of a later part that name no command/run of that part."""
-    turn_ends: int = field(default=0, metadata=_SUM)
+    turn_ends: Annotated[int, "sum"] = 0
 
     def continued_by(self, later: _Lifecycle, start_turn: int) -> bool:
         """Whether ``later``, started at a turn's start numbered ``start_turn``, assumed
@@ -279,66 +283,58 @@ class _Lifecycle(_State):
         )
 
 
-@dataclass(repr=False, eq=False)
 class _Titles(_State):
     """Titles cite earlier human user messages."""
 
-    human_messages: set[int] = field(default_factory=set, metadata=_UNION)
-    cites_before_base: bool = field(default=False, metadata=_ANY)
+    human_messages: Annotated[set[int], "union"] = field(default_factory=set)
+    cites_before_base: Annotated[bool, "any"] = False
     """A later part's title cites a seq before the part (it cannot check it)."""
 
     def continued_by(self, later: _Titles) -> bool:
         return not later.cites_before_base
 
 
-@dataclass(repr=False, eq=False)
 class _Catalog(_State):
     """Catalog facts and descriptors, judged once the cut is known."""
 
-    facts: list[tuple[int, Any]] = field(default_factory=list, metadata=_EXTEND)
-    descriptors: list[tuple[int, str | None]] = field(default_factory=list, metadata=_EXTEND)
+    facts: Annotated[list[tuple[int, Any]], "extend"] = field(default_factory=list)
+    descriptors: Annotated[list[tuple[int, str | None]], "extend"] = field(default_factory=list)
 
 
-@dataclass(repr=False, eq=False)
 class _Markers(_State):
     """Tagged end-seed markers (the cut, the header's isSeeded) and delivery markers naming
     another session, judged once the cut is known."""
 
-    tagged: list[int] = field(default_factory=list, metadata=_EXTEND)
-    foreign_markers: list[tuple[int, str]] = field(default_factory=list, metadata=_EXTEND)
+    tagged: Annotated[list[int], "extend"] = field(default_factory=list)
+    foreign_markers: Annotated[list[tuple[int, str]], "extend"] = field(default_factory=list)
 
 
-@dataclass(eq=False)
 class Validator:
     """Streaming checker: ``feed`` every event in seq order, then ``finish``.
 
     Its state is kept by concern, each group declared below with how two parts of one log
     combine (``_State``): a validator of a later part is absorbed field by field, never
-    through a hand-kept list.
+    through a hand-kept list. A plain class (not a record): a validator is made once per
+    log, and ``inspect`` imports this module on every run.
     """
 
-    header: Header
-    version: int
-    next_turn: InitVar[int] = 1
-    findings: list[Finding] = field(default_factory=list)
-    _per_code: dict[str, int] = field(default_factory=dict)
-    _overflow: dict[str, tuple[Severity, int]] = field(default_factory=dict)
-    envelope: _Envelope = field(default_factory=_Envelope)
-    lifecycle: _Lifecycle = field(init=False)
-    titles: _Titles = field(default_factory=_Titles)
-    catalog: _Catalog = field(default_factory=_Catalog)
-    markers: _Markers = field(default_factory=_Markers)
-    finished: bool = False
-    full: bool = field(init=False)
-    """Whether the v4 relationship rules apply (only to v4 logs)."""
-    # A validator of a later part of a log (``base`` > 0, see ``absorb``) records what it
-    # could not know about the events before its part.
-    base: int = 0
-    start_turn: int = field(init=False)
-
-    def __post_init__(self, next_turn: int) -> None:
-        self.full = self.version >= SUPPORTED_VERSION
+    def __init__(self, header: Header, version: int, next_turn: int = 1, base: int = 0) -> None:
+        self.header = header
+        self.version = version
+        self.findings: list[Finding] = []
+        self._per_code: dict[str, int] = {}
+        self._overflow: dict[str, tuple[Severity, int]] = {}
+        self.envelope = _Envelope()
         self.lifecycle = _Lifecycle(next_turn=next_turn)
+        self.titles = _Titles()
+        self.catalog = _Catalog()
+        self.markers = _Markers()
+        self.finished = False
+        self.full = version >= SUPPORTED_VERSION
+        """Whether the v4 relationship rules apply (only to v4 logs)."""
+        # A validator of a later part of a log (``base`` > 0, see ``absorb``) records what it
+        # could not know about the events before its part.
+        self.base = base
         self.start_turn = next_turn
 
     @property
@@ -1270,8 +1266,7 @@ def validate_log(log: SessionLog) -> list[Finding]:
 # -- generations ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class GenerationInfo:
+class GenerationInfo(Struct, frozen=True):
     """One canonical generation file of a session dir, for the stale-generation rule."""
 
     generation: Generation
@@ -1346,8 +1341,7 @@ def stale_findings(chosen: GenerationInfo, others: list[GenerationInfo]) -> list
 # -- whole session dirs -----------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class DirCheck:
+class DirCheck(Struct, eq=False):
     """Findings of one session dir plus what lineage checks need from its log."""
 
     session_dir: Path

@@ -13,12 +13,12 @@ facts and reports, or the same refusal.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from conftest import FOREIGN
@@ -98,7 +98,7 @@ def outcome(make: Callable[[], inspect_module._Pass]) -> Any:
     except CorruptLog as exc:
         return ("refused", exc.message, exc.details)
     validator = part.validator
-    state = [dataclasses.asdict(group) for group in validator._groups()]
+    state = [msgspec.structs.asdict(group) for group in validator._groups()]
     findings: list[Finding] = list(validator.finish())
     request = part.last_request
     return (
