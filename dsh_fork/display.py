@@ -13,7 +13,9 @@ import re
 MAX_LINE_CHARS = 2000
 """Longest text human output prints for one id or message; the rest is cut and counted."""
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+CONTROLS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+"""What is escaped: compiled on first use (``re``'s cache), since most text is printable ASCII,
+which holds none of it."""
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -23,7 +25,9 @@ def _escape(match: re.Match[str]) -> str:
 
 def escape_controls(text: str) -> str:
     """Control characters (C0, DEL, C1, line separators, bidi overrides) as visible escapes."""
-    return _CONTROL.sub(_escape, text)
+    if text.isascii() and text.isprintable():  # of ASCII, only C0 and DEL are not printable
+        return text
+    return re.sub(CONTROLS, _escape, text)
 
 
 def cap(text: str, limit: int = MAX_LINE_CHARS) -> str:

@@ -598,7 +598,7 @@ def encode_event(event_type: str, seq: int, time: int, data: Any) -> bytes:
     return dumps_record({"type": event_type, "seq": seq, "time": time, "data": data}) + b"\n"
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE = "[\ud800-\udfff]"  # compiled on first use (re's cache): rarely needed
 
 
 def held(encoded: bytes) -> bytes:
@@ -618,7 +618,7 @@ def dumps_record(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+        return re.sub(_LONE_SURROGATE, lambda m: f"\\u{ord(m.group()):04x}", text).encode()
 
 
 def dig(value: Any, *keys: str) -> Any:

@@ -613,6 +613,29 @@ def test_safe_text_escapes_and_caps() -> None:
     assert long.startswith("x" * MAX_LINE_CHARS) and long.endswith("(8,000 more characters)")
 
 
+def test_every_character_is_escaped_as_the_control_pattern_says() -> None:
+    """The printable-ASCII shortcut changes nothing: each code point, alone and inside
+    printable ASCII, is escaped exactly as the pattern alone escapes it."""
+    import re
+
+    from dsh_fork.display import CONTROLS, escape_controls
+
+    def by_pattern(text: str) -> str:
+        def escape(match: re.Match[str]) -> str:
+            code = ord(match.group())
+            return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+        return re.sub(CONTROLS, escape, text)
+
+    escaped = 0
+    for code in [*range(0x3000), 0xFEFF, 0xFFFF, 0x1F600, 0x10FFFF]:
+        char = chr(code)
+        for text in (char, f"id-{char}-x", char * 3):
+            assert escape_controls(text) == by_pattern(text), hex(code)
+        escaped += escape_controls(char) != char
+    assert escaped == 0x20 + 0x21 + 2 + 5 + 4  # C0, DEL and C1, 2028-2029, 202A-202E, 2066-2069
+
+
 def test_out_of_memory_is_one_clean_line(capsys: pytest.CaptureFixture[str]) -> None:
     def explode() -> None:
         raise MemoryError
