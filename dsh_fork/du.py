@@ -33,7 +33,7 @@ from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .reader import FramedLog, SessionLog
-from .results import ReadOnly
+from .results import ReadOnly, rows
 
 
 class SessionUsage(Struct):
@@ -141,9 +141,9 @@ class DiskUsage(ReadOnly, Struct):
                 "root": str(self.root),
                 "session": self.session,
                 "total": self.total.to_json(),
-                "projects": [g.to_json() for g in self.projects[:limit]],
-                "families": [g.to_json() for g in self.families[:limit]],
-                "sessions": [u.to_json() for u in self.sessions[:limit]],
+                "projects": rows(self.projects[:limit], Group.to_json),
+                "families": rows(self.families[:limit], Group.to_json),
+                "sessions": rows(self.sessions[:limit], SessionUsage.to_json),
             }
 
 

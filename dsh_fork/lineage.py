@@ -27,7 +27,7 @@ from .kinds import header_kind
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
-from .results import ReadOnly
+from .results import ReadOnly, rows
 
 Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
 KINDS: tuple[Kind, ...] = (
@@ -183,8 +183,8 @@ class Lineage(ReadOnly, Struct):
                 "session": self.session,
                 "counts": _counts(nodes),
                 "tops": [node.path for node in self.tops],
-                "nodes": [node.to_json() for node in nodes],
-                "edges": [edge.to_json() for edge in _edges(nodes)],
+                "nodes": rows(nodes, Node.to_json),
+                "edges": rows(_edges(nodes), Edge.to_json),
                 "unreadable": [
                     {"path": n.path, "error": n.error} for n in nodes if n.kind == "unreadable"
                 ],

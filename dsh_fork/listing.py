@@ -19,6 +19,7 @@ from .layout import is_absolute_cwd, project_key
 from .leanlog import ROW_TYPES, glance
 from .model import derive
 from .reader import open_log
+from .results import rows
 from .times import iso_ms
 
 KINDS = HEADER_KINDS
@@ -82,7 +83,7 @@ class SessionList(Struct):
             "root": self.root,
             "total": self.total,
             "filters": self.filters,
-            "sessions": [row.to_json() for row in self.rows],
+            "sessions": rows(self.rows, SessionRow.to_json),
         }
 
 

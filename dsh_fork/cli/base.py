@@ -362,17 +362,10 @@ class Out:
 
 
 def _write_json(value: Any) -> None:
-    import orjson  # only a command printing JSON pays for these imports
+    from .jsonout import write_document  # only a command printing JSON pays for its imports
 
-    try:
-        data = orjson.dumps(value, option=orjson.OPT_INDENT_2)
-    except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
-        import json
-
-        data = json.dumps(value, indent=2, ensure_ascii=True).encode()
-    keep(value)  # the document, freed only if the process does not leave at once
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.write(b"\n")  # not ``data + b"\n"``: a large document copied once more
+    # the document, freed only if the process does not leave at once
+    keep(write_document(value, sys.stdout.buffer))
     sys.stdout.flush()
 
 
@@ -466,7 +459,7 @@ def emit(out: Out, result: R, render: Callable[[Out, R], None]) -> None:
         out.warn(warning)
     partial = result.partial()
     if out.json_mode:
-        out.json(document(result, partial))
+        out.json(document(result, partial, rows_to_write=True))
     elif not out.quiet:
         render(out, result)
     if partial is not None:

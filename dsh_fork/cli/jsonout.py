@@ -1,0 +1,98 @@
+"""The ``--json`` writer: one document, indented by two, its long lists written in chunks.
+
+A document's ``Rows`` (``results.rows``: a root's 100,000 nodes or sessions) are converted and
+encoded ``CHUNK`` items at a time, and written between the parts of the rest of the document,
+which is encoded once around a placeholder for each. A chunk encoded alone and re-indented by
+the depth of its place is byte for byte what encoding the whole document gives: a JSON string
+holds no raw newline, so every newline of an encoding is a line break of its layout. Memory then
+holds one chunk of converted rows, not all of them (100 MB less for a tree of 100,000 sessions).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO, Any
+
+import orjson
+
+from ..results import Rows
+
+CHUNK = 1000
+"""Rows converted and encoded at a time."""
+
+_INDENT = orjson.OPT_INDENT_2
+
+
+def write_document(value: Any, stream: IO[bytes]) -> Any:
+    """Write ``value`` and a newline to ``stream``; returns what the caller may hold (the
+    document without its rows)."""
+    streamed = [k for k, v in value.items() if isinstance(v, Rows)] if type(value) is dict else []
+    marks: dict[str, bytes] = {}
+    skeleton = value
+    if streamed:
+        skeleton = dict(value)
+        for key in streamed:
+            mark = f"rows:{os.urandom(16).hex()}"
+            marks[key] = f'"{mark}"'.encode()
+            skeleton[key] = mark
+    try:
+        head = orjson.dumps(skeleton, option=_INDENT, default=_listed)
+    except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
+        stream.write(_fallback(_all_listed(value)))
+        stream.write(b"\n")
+        return value
+    if any(head.count(needle) != 1 for needle in marks.values()):  # never, but it is cheap to know
+        stream.write(orjson.dumps(_all_listed(value), option=_INDENT, default=_listed))
+        stream.write(b"\n")
+        return value
+    at = 0
+    for key, needle in marks.items():
+        start = head.index(needle, at)
+        line = head.rfind(b"\n", 0, start) + 1
+        indent = len(head[line:start]) - len(head[line:start].lstrip(b" "))
+        stream.write(head[at:start])
+        _write_rows(value[key], b"\n" + b" " * indent, stream)
+        at = start + len(needle)
+    stream.write(head[at:])
+    stream.write(b"\n")
+    return skeleton
+
+
+def _write_rows(rows: Rows, newline: bytes, stream: IO[bytes]) -> None:
+    """``rows`` as the list at a place whose line breaks are ``newline``."""
+    if not rows.items:
+        stream.write(b"[]")
+        return
+    stream.write(b"[")
+    separator = b""
+    for chunk in rows.chunks(CHUNK):
+        try:
+            data = orjson.dumps(chunk, option=_INDENT, default=_listed)
+        except TypeError:
+            data = _fallback(chunk)
+        data = data.replace(b"\n", newline)  # "[" newline "  {…}," … newline "]"
+        stream.write(separator)
+        stream.write(data[1 : -len(newline) - 1])
+        separator = b","
+    stream.write(newline)
+    stream.write(b"]")
+
+
+def _fallback(value: Any) -> bytes:
+    """What orjson refuses, written by ``json`` (lone surrogates as ``\\udXXX`` escapes)."""
+    import json
+
+    return json.dumps(value, indent=2, ensure_ascii=True, default=_listed).encode()
+
+
+def _listed(value: Any) -> Any:
+    """A ``Rows`` below the top of a document: written as the list it stands for."""
+    if isinstance(value, Rows):
+        return value.listed()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _all_listed(value: Any) -> Any:
+    if type(value) is dict:
+        return {k: v.listed() if isinstance(v, Rows) else v for k, v in value.items()}
+    return value
