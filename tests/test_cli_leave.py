@@ -10,6 +10,7 @@ root with damaged sessions (so that warnings and the PARTIAL exit are part of it
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -137,3 +138,25 @@ def test_a_console_run_of_a_writer_ends_without_teardown(
     assert proc.returncode == code
     if code == 0:  # the output a run prints before it leaves is all there
         assert re.search(r"^\s*(agents: )?copied:? 2\b", proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "printed"),
+    [(None, 0, ""), (3, 3, ""), ("stopped: why", 1, "stopped: why\n")],
+)
+def test_leaving_ends_as_sys_exit_would(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    code: object,
+    status: int,
+    printed: str,
+) -> None:
+    """The status and message ``sys.exit(code)`` would give, without the teardown."""
+    from dsh_fork.cli import base
+
+    ended: list[int] = []
+    monkeypatch.setattr(base, "_HELD", [])  # as the console script runs
+    monkeypatch.setattr(os, "_exit", ended.append)
+    base.leave(code)
+    assert ended == [status]
+    assert capsys.readouterr().err == printed

@@ -129,6 +129,9 @@ def leave(code: object) -> None:
     what a writer wrote is durable before it returns (a crash at any point is safe too)."""
     if _HELD is None:
         return
+    if not isinstance(code, int | None):  # what ``sys.exit(message)`` prints before it exits
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"{code}\n")
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed reader: exit 141 was chosen
             stream.flush()
