@@ -179,11 +179,12 @@ Measured = dict[str, tuple[int, int]]
 """Session path → (log bytes as read, inherited bytes): filled while the lineage is read."""
 
 
-def _usage(node: Node, family: str, present: set[str], measured: Measured) -> SessionUsage:
+def _usage(node: Node, family: str, measured: Measured) -> SessionUsage:
     sizes = node.entry.sizes  # measured by the listing of a whole root, on two cores
     total, log_bytes = dir_bytes(node.entry.dir_text) if sizes is None else sizes
     if node.kind == "fork":
-        source_present = node.parent in present and PARENT_MISSING not in node.flags
+        # its parent is in the lineage unless flagged missing (a family holds its parents)
+        source_present = PARENT_MISSING not in node.flags
     elif node.kind == "copy":
         source_present = node.copy_of is not None
     else:
@@ -236,7 +237,6 @@ def _largest_first(items: list[_Sized], name: str) -> list[_Sized]:
 
 
 def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsage:
-    present = {node.id for node in forest.nodes()}
     sessions: list[SessionUsage] = []
     families: list[Group] = []
     projects: dict[str, Group] = {}
@@ -247,7 +247,7 @@ def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsa
             node = stack.pop()
             if node.children:
                 stack.extend(node.children)
-            usage = _usage(node, head.id, present, measured)
+            usage = _usage(node, head.id, measured)
             sessions.append(usage)
             if group is None:
                 group = Group.of(head.id, usage)
