@@ -321,6 +321,39 @@ def test_a_closed_stdout_ends_quietly_with_141(tree: tuple[Path, str]) -> None:
     assert proc.stderr == b""
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--version"],
+        ["--help"],
+        ["tree"],
+        ["du", "--json"],
+        ["fork", "{top}", "--id", "kept"],
+        ["fork", "{top}", "--id", "kept-json", "--json"],
+    ],
+    ids=" ".join,
+)
+def test_an_output_the_disk_refuses_is_one_line_and_exit_11(
+    tree: tuple[Path, str], argv: list[str]
+) -> None:
+    """stdout on a full disk: no traceback, one line naming why, IO_ERROR; a fork's child
+    was made all the same (only its report was lost)."""
+    root, top = tree
+    args = [a.format(top=top) for a in argv]
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dsh_fork", "--root", str(root), *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+    assert proc.stderr == b"Error: cannot write the output: No space left on device\n"
+    assert proc.returncode == 11
+    if args[0] == "fork":
+        assert args[3] in {e.id for e in Root(root).entries()}
+
+
 def test_quiet_prints_nothing_but_the_exit_code_tells(tree: tuple[Path, str]) -> None:
     root, top = tree
 

@@ -43,7 +43,11 @@ def main() -> None:
     if args in (["--version"], ["-V"]) and not os.environ.get(_COMPLETION_VAR):
         from .. import __version__
 
-        sys.stdout.write(f"dsh-fork {__version__}\n")
+        try:
+            sys.stdout.write(f"dsh-fork {__version__}\n")
+            sys.stdout.flush()
+        except OSError as exc:  # as ``base.Group.main`` ends a run whose output failed
+            _version_unwritten(exc)
         return
     import gc
 
@@ -60,6 +64,18 @@ def main() -> None:
     except SystemExit as exc:
         base.leave(exc.code)
         raise
+
+
+def _version_unwritten(exc: OSError) -> None:
+    """A bare ``--version`` whose output failed: the exit codes and line of any other run."""
+    import errno
+
+    from ..errors import BROKEN_PIPE_EXIT, IoError
+
+    if exc.errno != errno.EPIPE:
+        sys.stderr.write(f"Error: cannot write the output: {exc.strerror or exc}\n")
+    sys.stderr.flush()
+    os._exit(BROKEN_PIPE_EXIT if exc.errno == errno.EPIPE else IoError.exit_code)
 
 
 def _register_only(args: Sequence[str]) -> bool:

@@ -92,10 +92,8 @@ class Group(TyperGroup):
             if not isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
                 raise
             code = _broken_pipe()
-        except OSError as exc:
-            if exc.errno != errno.EPIPE:
-                raise
-            code = _broken_pipe()
+        except OSError as exc:  # the library's own are mapped by ``run``: this is the output
+            code = _broken_pipe() if exc.errno == errno.EPIPE else _output_failed(exc)
         code = code if isinstance(code, int) else 0
         if not standalone_mode:
             return code
@@ -155,12 +153,28 @@ def _usage(exc: click.exceptions.ClickException, json_mode: bool) -> int:
 
 def _broken_pipe() -> int:
     """The reader of stdout went away (``| head -1``): stop quietly, as Unix tools do."""
+    _drop_stdout()
+    return BROKEN_PIPE_EXIT
+
+
+def _output_failed(exc: OSError) -> int:
+    """stdout refused the output (a full disk, an I/O error): one line, and IO_ERROR. What
+    the command did is done (a fork's child exists); only its report was lost."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"Error: cannot write the output: {printable(reason)}\n")
+    _drop_stdout()
+    return IoError.exit_code
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the output still buffered is dropped at exit
+    instead of failing a second time."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # not a real file (an in-process test runner)
         pass
-    return BROKEN_PIPE_EXIT
 
 
 app = typer.Typer(
