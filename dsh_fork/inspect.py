@@ -37,6 +37,7 @@ from .records import (
     nonneg_int,
     parse_event,
 )
+from .results import rows
 from .times import iso_ms
 from .validation import (
     Finding,
@@ -375,10 +376,14 @@ class InspectReport(Struct):
             "counts": counts(self.findings),
         }
         if self.event_lines is not None and with_events:
-            out["eventList"] = [line.to_json() for line in self.event_lines]
+            out["eventList"] = rows(self.event_lines, EventLine.to_json)
         if self.turn_list is not None:
-            out["turnList"] = [turn.to_json() for turn in self.turn_list]
+            out["turnList"] = rows(self.turn_list, _turn_json)
         return out
+
+
+def _turn_json(turn: TurnSummary) -> dict[str, Any]:
+    return turn.to_json()
 
 
 def _frame_stats(log: SessionLog) -> FrameStats | None:

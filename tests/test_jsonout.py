@@ -18,6 +18,8 @@ from lineagekit import generate_oddities
 from dsh_fork.cli import jsonout
 from dsh_fork.discovery import Root
 from dsh_fork.du import disk_usage_of
+from dsh_fork.fixtures import generate
+from dsh_fork.inspect import inspect_arg
 from dsh_fork.lineage import lineage_of
 from dsh_fork.listing import list_sessions
 from dsh_fork.results import Result, Rows, document
@@ -115,6 +117,17 @@ def odd_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("jsonout") / "sessions"
     generate_oddities(root)
     return root
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_inspects_event_and_turn_lists_are_the_whole_encoding(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    summary = generate(root, sessions=1, agents=0, depth=0, turns=4)
+    top = summary.top_level[0]
+    result = run_cli("--root", root, "inspect", top, "--events", "--turns", "--json")
+    doc = document(inspect_arg(top, str(root), events=True, turns=True))
+    assert len(doc["eventList"]) > 2 * jsonout.CHUNK and len(doc["turnList"]) == 4
+    assert result.stdout.encode() == whole(doc)
 
 
 @pytest.mark.usefixtures("small_chunks")
