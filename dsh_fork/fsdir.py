@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
@@ -28,6 +29,16 @@ DIR_MODE = 0o700
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR)
+_NO_UNNAMED_ERRNOS = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS)
+"""``O_TMPFILE`` refused for want of support: by the file system (EOPNOTSUPP), by a kernel
+that predates it (EISDIR: it opens the dir itself for writing), or otherwise."""
+
+
+@functools.cache
+def _unnamed_links() -> bool:
+    """Whether an unnamed file can be named here: through ``/proc/self/fd`` (a process
+    without ``/proc``, as in some containers, names temps instead)."""
+    return os.path.isdir("/proc/self/fd")
 
 
 def symlink_refusal(path: Path | str) -> UsageError:
@@ -159,6 +170,27 @@ class DirFd:
         except OSError as exc:
             exc.filename = str(self.entry(name))
             raise
+
+    def create_unnamed(self, mode: int = 0o600) -> int | None:
+        """A new file of this dir that has no name yet (``O_TMPFILE``): nothing of it is seen
+        in the dir, and it is gone with its descriptor unless ``link_unnamed`` names it. None
+        when this system or file system cannot make one (the caller then names a temp).
+        Open for reading too: a file system that cannot link it gets a copy of it."""
+        if not _unnamed_links():
+            return None
+        try:
+            return os.open(".", os.O_RDWR | os.O_TMPFILE | FILE_FLAGS, mode, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno in _NO_UNNAMED_ERRNOS:
+                return None
+            exc.filename = str(self.path)
+            raise
+
+    def link_unnamed(self, fd: int, target: str) -> None:
+        """Name the unnamed file ``fd`` as ``target`` of this dir: ``linkat`` through the
+        descriptor's own ``/proc`` entry, which names the open file itself; an existing
+        ``target`` fails (``FileExistsError``), as ``link`` does."""
+        os.link(f"/proc/self/fd/{fd}", target, dst_dir_fd=self.fd, follow_symlinks=True)
 
     def unlink(self, name: str) -> None:
         os.unlink(name, dir_fd=self.fd)

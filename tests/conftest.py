@@ -79,6 +79,25 @@ def _no_dsh_home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DSH_HOME", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _temps_as_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish that found it cannot name an unnamed temp turns them off for the process
+    (``writer.UNNAMED_TEMPS``): each test starts from the configured value again."""
+    from dsh_fork import writer
+
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", writer.UNNAMED_TEMPS)
+
+
+@pytest.fixture(params=["unnamed", "named"])
+def temps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both kinds of temp a publish writes: unnamed (``O_TMPFILE``, where the system allows
+    it) and named (the fallback elsewhere)."""
+    from dsh_fork import writer
+
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", request.param == "unnamed")
+    return str(request.param)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """An empty sessions root (``<tmp>/home/sessions``) that does not exist yet."""

@@ -20,7 +20,7 @@ from conftest import log_lines, run_cli
 from relinkkit import CWD, plugin_scenario
 from safetykit import RootGuard, appended_problem, guarded, is_read_only, roots_of
 
-from dsh_fork import faults
+from dsh_fork import faults, writer
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
 from dsh_fork.errors import IoError
@@ -64,7 +64,7 @@ def step_of(root: Path, kind: str, argv: list[str], tmp_path: Path) -> int:
     ],
 )
 def test_a_failing_write_is_io_error_naming_the_path(
-    tree: Path, tmp_path: Path, action: str, reason: str
+    tree: Path, tmp_path: Path, action: str, reason: str, temps: str
 ) -> None:
     argv = ["fork", SOURCE, "--id", "child", "--no-agents"]
     k = step_of(tree, "create", argv, tmp_path)
@@ -75,11 +75,15 @@ def test_a_failing_write_is_io_error_naming_the_path(
     faults.load_from_env()
 
     assert result.exit_code == 11
-    assert result.stderr.startswith(f"Error: cannot write {child}/session.v4.jsonl.zstd.")
-    assert result.stderr.endswith(f".dsh-fork.tmp: {reason}\n")
     error = as_json.json()["error"]
     assert error["code"] == "IO_ERROR" and error["message"].endswith(reason)
-    assert is_own_temp(Path(error["path"]).name)
+    if temps == "named":
+        assert result.stderr.startswith(f"Error: cannot write {child}/session.v4.jsonl.zstd.")
+        assert result.stderr.endswith(f".dsh-fork.tmp: {reason}\n")
+        assert is_own_temp(Path(error["path"]).name)
+    else:  # the unnamed temp's error names the log it was to become
+        assert result.stderr == f"Error: cannot write {child / CURRENT_NAME}: {reason}\n"
+        assert Path(error["path"]) == child / CURRENT_NAME
     assert list_generations(child) == []
     assert sorted(p.name for p in child.iterdir()) == ["session.lock"]
 
@@ -104,8 +108,9 @@ def test_a_failing_dir_fsync_after_the_link_says_the_session_was_published(
 
 
 def test_a_temp_that_cannot_be_removed_after_the_link_is_no_failure(
-    tree: Path, tmp_path: Path
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", False)  # only a named temp is removed
     argv = ["fork", SOURCE, "--id", "child", "--no-agents"]
     unlink = step_of(tree, "unlink", argv, tmp_path)
 

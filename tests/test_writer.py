@@ -3,6 +3,7 @@ appending whole frames under the lock, with failures injected at every durable s
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -256,10 +257,15 @@ def assert_no_half_session(session_dir: Path, expected_events: int) -> bool:
     return True
 
 
-def test_a_crash_after_any_publish_step_leaves_no_half_session(root: Path, tmp_path: Path) -> None:
+def test_a_crash_after_any_publish_step_leaves_no_half_session(
+    root: Path, tmp_path: Path, temps: str
+) -> None:
     steps = publish_steps(tmp_path / "measure")
     kinds = [kind for kind, _ in steps]
-    assert kinds[-4:] == ["fsync", "link", "fsync-dir", "unlink"]
+    if temps == "named":
+        assert kinds[-4:] == ["fsync", "link", "fsync-dir", "unlink"]
+    else:  # nothing to remove after the link
+        assert kinds[-4:] == ["write", "fsync", "link", "fsync-dir"]
     for k in range(1, len(steps) + 1):
         run_root = tmp_path / f"crash-{k}"
         with faults.install("crash", k), pytest.raises(InjectedCrash):
@@ -267,6 +273,8 @@ def test_a_crash_after_any_publish_step_leaves_no_half_session(root: Path, tmp_p
         session_dir = run_root / "--fixture-project--" / "new"
         published = assert_no_half_session(session_dir, 3)
         assert published == (k >= kinds.index("link") + 1), k
+        if temps == "unnamed" and session_dir.exists():  # it went with the process
+            assert not [n for n in os.listdir(session_dir) if is_temp_name(n)], k
         if session_dir.exists():
             assert probe(session_dir) != "held"  # the crash took the lock with it
         if published:
@@ -278,11 +286,13 @@ def test_a_crash_after_any_publish_step_leaves_no_half_session(root: Path, tmp_p
 
 
 @pytest.mark.parametrize("action", ["enospc", "eacces", "eio"])
-def test_a_failing_publish_step_cleans_up_and_releases(tmp_path: Path, action: str) -> None:
+def test_a_failing_publish_step_cleans_up_and_releases(
+    tmp_path: Path, action: str, temps: str
+) -> None:
     steps = publish_steps(tmp_path / "measure")
     kinds = [kind for kind, _ in steps]
     link_step = kinds.index("link") + 1
-    unlink_step = kinds.index("unlink") + 1
+    unlink_step = kinds.index("unlink") + 1 if temps == "named" else None
     for k in range(1, len(steps) + 1):
         run_root = tmp_path / f"{action}-{k}"
         session_dir = run_root / "--fixture-project--" / "new"
@@ -305,6 +315,75 @@ def test_a_failing_publish_step_cleans_up_and_releases(tmp_path: Path, action: s
         if session_dir.exists():
             assert not [n for n in os.listdir(session_dir) if is_temp_name(n)], k
             assert probe(session_dir) != "held"
+
+
+def test_an_unnamed_temp_is_never_seen_in_the_dir(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written and synced, the temp has no name: the dir holds the lock alone until the link
+    names the log."""
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", True)
+    session_dir = new_dir(root)
+    seen: list[list[str]] = []
+    link = DirFd.link_unnamed
+
+    def looking(handle: DirFd, fd: int, target: str) -> None:
+        seen.append(sorted(os.listdir(session_dir)))
+        link(handle, fd, target)
+
+    monkeypatch.setattr(DirFd, "link_unnamed", looking)
+    publish(session_dir, header_line(), body_with(3), keep_lock=False)
+    assert seen == [[LOCK_NAME]]
+    assert sorted(os.listdir(session_dir)) == [LOCK_NAME, CURRENT_NAME]
+    assert assert_no_half_session(session_dir, 3)
+
+
+def test_a_system_without_unnamed_files_gets_named_temps(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", True)
+    monkeypatch.setattr(DirFd, "create_unnamed", lambda handle, mode=0o600: None)
+    steps = publish_steps(root)
+    assert [kind for kind, _ in steps][-1] == "unlink"  # a named temp, removed
+    assert writer.UNNAMED_TEMPS is False  # and the process names its temps from now on
+
+
+def test_a_file_system_that_cannot_link_an_unnamed_file_gets_a_named_copy(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", True)
+
+    def refused(handle: DirFd, fd: int, target: str) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(DirFd, "link_unnamed", refused)
+    session_dir = new_dir(root)
+    published = publish(session_dir, header_line(), body_with(3), keep_lock=False)
+    assert published.path == session_dir / CURRENT_NAME and not published.temp_left
+    assert sorted(os.listdir(session_dir)) == [LOCK_NAME, CURRENT_NAME]
+    assert assert_no_half_session(session_dir, 3)
+    assert writer.UNNAMED_TEMPS is False
+
+
+def test_a_name_taken_before_the_unnamed_temp_is_linked_is_refused(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer's log appears between the check and the link: the link refuses to
+    replace it, and the unnamed temp goes with its descriptor."""
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", True)
+    session_dir = new_dir(root)
+    link = DirFd.link_unnamed
+
+    def raced(handle: DirFd, fd: int, target: str) -> None:
+        (session_dir / CURRENT_NAME).write_bytes(b"theirs")
+        link(handle, fd, target)
+
+    monkeypatch.setattr(DirFd, "link_unnamed", raced)
+    with pytest.raises(SessionAlreadyExists):
+        publish(session_dir, header_line(), body_with(3), keep_lock=False)
+    assert (session_dir / CURRENT_NAME).read_bytes() == b"theirs"
+    assert sorted(os.listdir(session_dir)) == [LOCK_NAME, CURRENT_NAME]
+    assert probe(session_dir) == "free"
 
 
 def test_publish_under_a_held_lock_is_refused(root: Path, hold_lock: Any) -> None:
