@@ -716,8 +716,17 @@ def _link_unnamed(pending: _Pending) -> None:
     faults.done("link", final)
 
 
-_NO_LINK_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENOENT)
-"""``linkat`` refused for want of support (hard links, or the ``/proc`` entry)."""
+_NO_LINK_ERRNOS = (
+    errno.EPERM,
+    errno.EACCES,
+    errno.ENOTSUP,
+    errno.EOPNOTSUPP,
+    errno.ENOSYS,
+    errno.ENOENT,
+)
+"""``linkat`` refused for want of support (hard links, the ``/proc`` entry, or a security
+module that denies linking through it): a named copy is tried, whose own steps fail as any
+publish does if the dir itself is the trouble."""
 
 
 def _named_copy(pending: _Pending) -> None:

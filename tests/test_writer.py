@@ -348,13 +348,14 @@ def test_a_system_without_unnamed_files_gets_named_temps(
     assert writer.UNNAMED_TEMPS is False  # and the process names its temps from now on
 
 
+@pytest.mark.parametrize("refusal", [errno.EOPNOTSUPP, errno.ENOENT, errno.EACCES])
 def test_a_file_system_that_cannot_link_an_unnamed_file_gets_a_named_copy(
-    root: Path, monkeypatch: pytest.MonkeyPatch
+    root: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
 ) -> None:
     monkeypatch.setattr(writer, "UNNAMED_TEMPS", True)
 
     def refused(handle: DirFd, fd: int, target: str) -> None:
-        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        raise OSError(refusal, os.strerror(refusal))
 
     monkeypatch.setattr(DirFd, "link_unnamed", refused)
     session_dir = new_dir(root)
@@ -363,6 +364,23 @@ def test_a_file_system_that_cannot_link_an_unnamed_file_gets_a_named_copy(
     assert sorted(os.listdir(session_dir)) == [LOCK_NAME, CURRENT_NAME]
     assert assert_no_half_session(session_dir, 3)
     assert writer.UNNAMED_TEMPS is False
+
+
+def test_an_io_error_linking_an_unnamed_temp_fails_the_publish_and_leaves_nothing(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "UNNAMED_TEMPS", True)
+
+    def failing(handle: DirFd, fd: int, target: str) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(DirFd, "link_unnamed", failing)
+    session_dir = new_dir(root)
+    with pytest.raises(IoError) as caught:
+        publish(session_dir, header_line(), body_with(3), keep_lock=False)
+    assert caught.value.exit_code == 11
+    assert sorted(os.listdir(session_dir)) == [LOCK_NAME]
+    assert probe(session_dir) == "free" and writer.UNNAMED_TEMPS is True
 
 
 def test_a_name_taken_before_the_unnamed_temp_is_linked_is_refused(
