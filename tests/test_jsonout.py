@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,14 @@ def test_a_document_orjson_refuses_outside_its_rows_is_written_whole_by_json() -
     data = written(doc)
     assert json.loads(data) == {"root": "lone \udfff", "rows": [item(n) for n in (1, 2, 3, 4)]}
     assert data == json.dumps(json.loads(data), indent=2, ensure_ascii=True).encode() + b"\n"
+
+
+def test_a_placeholder_the_document_already_holds_falls_back_to_the_whole_encoding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "urandom", bytes)  # every placeholder is "rows:00…00"
+    doc = {"name": "rows:" + "00" * 16, "rows": Rows([1, 2], item)}
+    assert written(doc) == whole(doc)
 
 
 json_values = st.recursive(

@@ -38,12 +38,10 @@ def write_document(value: Any, stream: IO[bytes]) -> Any:
     try:
         head = orjson.dumps(skeleton, option=_INDENT, default=_listed)
     except TypeError:  # lone surrogates, integers beyond 64 bits: JSON all the same
-        stream.write(_fallback(_all_listed(value)))
-        stream.write(b"\n")
-        return value
-    if any(head.count(needle) != 1 for needle in marks.values()):  # never, but it is cheap to know
-        stream.write(orjson.dumps(_all_listed(value), option=_INDENT, default=_listed))
-        stream.write(b"\n")
+        head = b""
+    if not head or any(head.count(needle) != 1 for needle in marks.values()):
+        stream.write(_encoded(_all_listed(value)))  # a placeholder found twice: never, but
+        stream.write(b"\n")  # it is cheap to know
         return value
     at = 0
     for key, needle in marks.items():
@@ -66,11 +64,7 @@ def _write_rows(rows: Rows, newline: bytes, stream: IO[bytes]) -> None:
     stream.write(b"[")
     separator = b""
     for chunk in rows.chunks(CHUNK):
-        try:
-            data = orjson.dumps(chunk, option=_INDENT, default=_listed)
-        except TypeError:
-            data = _fallback(chunk)
-        data = data.replace(b"\n", newline)  # "[" newline "  {…}," … newline "]"
+        data = _encoded(chunk).replace(b"\n", newline)  # "[" newline "  {…}," … newline "]"
         stream.write(separator)
         stream.write(data[1 : -len(newline) - 1])
         separator = b","
@@ -78,11 +72,15 @@ def _write_rows(rows: Rows, newline: bytes, stream: IO[bytes]) -> None:
     stream.write(b"]")
 
 
-def _fallback(value: Any) -> bytes:
-    """What orjson refuses, written by ``json`` (lone surrogates as ``\\udXXX`` escapes)."""
-    import json
+def _encoded(value: Any) -> bytes:
+    """``value`` indented by two; what orjson refuses is written by ``json`` (lone surrogates
+    as ``\\udXXX`` escapes)."""
+    try:
+        return orjson.dumps(value, option=_INDENT, default=_listed)
+    except TypeError:
+        import json
 
-    return json.dumps(value, indent=2, ensure_ascii=True, default=_listed).encode()
+        return json.dumps(value, indent=2, ensure_ascii=True, default=_listed).encode()
 
 
 def _listed(value: Any) -> Any:
