@@ -7,6 +7,7 @@ decides codes itself.
 
 from __future__ import annotations
 
+import errno
 from typing import Any, ClassVar
 
 from .display import cap
@@ -189,6 +190,15 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
 
 BROKEN_PIPE_EXIT = 141
 INTERRUPTED_EXIT = 130
+
+
+def unwritten_output(exc: OSError) -> tuple[int, str | None]:
+    """How a run ends whose stdout refused its output: quietly with 141 when the reader went
+    away (EPIPE), else (a full disk, an I/O error) with IO_ERROR and this line for stderr."""
+    if exc.errno == errno.EPIPE:
+        return BROKEN_PIPE_EXIT, None
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return IoError.exit_code, f"Error: cannot write the output: {reason}"
 
 
 def unsupported_below_v4(what: str, version: int, **details: Any) -> UnsupportedFormat:

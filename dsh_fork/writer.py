@@ -637,21 +637,17 @@ def _create_temp(pending: _Pending) -> Path:
     the named temp, or for an unnamed one the log it is to become."""
     global UNNAMED_TEMPS
     handle = pending.handle
-    counted = False
-    if UNNAMED_TEMPS:
-        label = pending.final
-        faults.step("create", label)
-        counted = True
+    temp = None if UNNAMED_TEMPS else own_temp_name()
+    faults.step("create", pending.final if temp is None else handle.entry(temp))
+    if temp is None:
         fd = handle.create_unnamed(FILE_MODE)
         if fd is not None:
             pending.fd, pending.unnamed = fd, True
-            faults.done("create", label)
-            return label
+            faults.done("create", pending.final)
+            return pending.final
         UNNAMED_TEMPS = False  # this system cannot: the process names its temps from now on
-    temp = own_temp_name()
+        temp = own_temp_name()
     temp_path = handle.entry(temp)
-    if not counted:
-        faults.step("create", temp_path)
     pending.fd = handle.create_file(temp)
     pending.temp = temp
     faults.done("create", temp_path)
@@ -717,17 +713,12 @@ def _link_unnamed(pending: _Pending) -> None:
     faults.done("link", final)
 
 
-_NO_LINK_ERRNOS = (
-    errno.EPERM,
-    errno.EACCES,
-    errno.ENOTSUP,
-    errno.EOPNOTSUPP,
-    errno.ENOSYS,
-    errno.ENOENT,
-)
-"""``linkat`` refused for want of support (hard links, the ``/proc`` entry, or a security
-module that denies linking through it): a named copy is tried, whose own steps fail as any
-publish does if the dir itself is the trouble."""
+_NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
+"""``link`` refused by a file system without hard links: the temp is renamed instead."""
+_NO_LINK_ERRNOS = (*_NO_HARD_LINKS, errno.EACCES, errno.ENOENT)
+"""``linkat`` of an unnamed temp refused for want of support (hard links, the ``/proc``
+entry, or a security module that denies linking through it): a named copy is tried, whose
+own steps fail as any publish does if the dir itself is the trouble."""
 
 
 def _named_copy(pending: _Pending) -> None:
@@ -784,7 +775,7 @@ def _link_into_place(handle: DirFd, temp: str, final: Path, *, counted: bool = F
     except FileExistsError:
         raise SessionAlreadyExists(f"{final} already exists", path=str(final)) from None
     except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+        if exc.errno not in _NO_HARD_LINKS:
             raise
         if _generation_names(handle):
             raise SessionAlreadyExists(f"{final} already exists", path=str(final)) from None

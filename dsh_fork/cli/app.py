@@ -68,14 +68,13 @@ def main() -> None:
 
 def _version_unwritten(exc: OSError) -> None:
     """A bare ``--version`` whose output failed: the exit codes and line of any other run."""
-    import errno
+    from ..errors import unwritten_output
 
-    from ..errors import BROKEN_PIPE_EXIT, IoError
-
-    if exc.errno != errno.EPIPE:
-        sys.stderr.write(f"Error: cannot write the output: {exc.strerror or exc}\n")
+    code, line = unwritten_output(exc)
+    if line is not None:
+        sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    os._exit(BROKEN_PIPE_EXIT if exc.errno == errno.EPIPE else IoError.exit_code)
+    os._exit(code)
 
 
 def _register_only(args: Sequence[str]) -> bool:

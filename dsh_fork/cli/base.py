@@ -9,7 +9,6 @@ line. ``Group.main`` catches what happens outside a command: the argument parser
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import os
 import sys
@@ -35,6 +34,7 @@ from ..errors import (
     IoError,
     Partial,
     UsageError,
+    unwritten_output,
 )
 from ..results import Result, document, error_document
 from ..times import iso_ms
@@ -93,7 +93,7 @@ class Group(TyperGroup):
                 raise
             code = _broken_pipe()
         except OSError as exc:  # the library's own are mapped by ``run``: this is the output
-            code = _broken_pipe() if exc.errno == errno.EPIPE else _output_failed(exc)
+            code = _output_failed(exc)
         code = code if isinstance(code, int) else 0
         if not standalone_mode:
             return code
@@ -158,13 +158,14 @@ def _broken_pipe() -> int:
 
 
 def _output_failed(exc: OSError) -> int:
-    """stdout refused the output (a full disk, an I/O error): one line, and IO_ERROR. What
-    the command did is done (a fork's child exists); only its report was lost."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"Error: cannot write the output: {printable(reason)}\n")
+    """stdout refused the output (``errors.unwritten_output``). What the command did is done
+    (a fork's child exists); only its report was lost."""
+    code, line = unwritten_output(exc)
+    if line is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(printable(line) + "\n")
     _drop_stdout()
-    return IoError.exit_code
+    return code
 
 
 def _drop_stdout() -> None:
