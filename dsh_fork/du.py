@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from msgspec import Struct, field
 
-from .collector import paused_gc
+from .collector import keep, paused_gc
 from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
@@ -285,4 +285,6 @@ def disk_usage_of(
     if session is None and isinstance(scope, Root):
         scope.entries(sizes=True)  # every dir is sized anyway: sized while it is listed
     forest = lineage_of(scope, session=session, detail=False, hook=measure(measured))
-    return disk_usage(forest, measured, top=top)
+    usage = disk_usage(forest, measured, top=top)
+    keep(forest)  # a process about to leave need not free its 100,000 nodes
+    return usage

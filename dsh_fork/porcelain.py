@@ -147,12 +147,16 @@ def list_sessions(
     since: str | None,
     now_ms: int,
 ) -> SessionList:
+    from .collector import keep
     from .discovery import Root
     from .listing import list_sessions as list_root
     from .listing import parse_since
 
     start = None if since is None else parse_since(since, now_ms)
-    return list_root(Root(ctx.whole_root()), project=project, kinds=kinds, since=start)
+    root = Root(ctx.whole_root())
+    listing = list_root(root, project=project, kinds=kinds, since=start)
+    keep(root)  # its entries: a process about to leave need not free them
+    return listing
 
 
 def _scope(ctx: Context, session: str | None) -> Root | Located:

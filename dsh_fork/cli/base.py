@@ -9,7 +9,6 @@ line. ``Group.main`` catches what happens outside a command: the argument parser
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +23,7 @@ except ImportError:  # pragma: no cover
     import click  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from .. import __version__, faults
+from ..collector import hold_until_exit, holding, keep
 from ..display import safe_text
 from ..errors import (
     BROKEN_PIPE_EXIT,
@@ -100,24 +100,11 @@ class Group(TyperGroup):
         sys.exit(code)
 
 
-_HELD: list[object] | None = None
-"""What read-only commands built, held until the process leaves; None: hold nothing."""
-
-
 def hold_results() -> None:
     """Called by the console script only: its process then ends at once when the command
-    does (``leave``). In-process runs, such as tests, hold nothing and return."""
-    global _HELD
-    _HELD = []
-
-
-def keep(*values: object) -> None:
-    """Hold what a read-only command built until the process leaves, which then ends without
-    freeing it (``leave``): freeing the 100,000 nodes and entries of a large root's tree
-    takes longer than writing its document."""
-    if _HELD is not None:
-        _HELD.extend(values)
-        gc.freeze()  # what is held is never scanned again: no full collection walks it
+    does (``leave``), and what a command built is held until then, not freed
+    (``collector.keep``). In-process runs, such as tests, hold nothing and return."""
+    hold_until_exit()
 
 
 def leave(code: object) -> None:
@@ -125,7 +112,7 @@ def leave(code: object) -> None:
     interpreter's teardown (a tenth of a short fork's run) would only free memory. No command
     leaves a temp file, lock, thread or child process to finish once it has returned, and
     what a writer wrote is durable before it returns (a crash at any point is safe too)."""
-    if _HELD is None:
+    if not holding():
         return
     if not isinstance(code, int | None):  # what ``sys.exit(message)`` prints before it exits
         with contextlib.suppress(OSError, ValueError):

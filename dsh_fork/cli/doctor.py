@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, keep, root_of, run
+from ..collector import keep
+from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..doctor import DoctorReport

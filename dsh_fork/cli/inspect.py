@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ..collector import keep
 from .base import (
     JSON_HELP,
     ROOT_HELP,
@@ -15,7 +16,6 @@ from .base import (
     app,
     emit,
     iso,
-    keep,
     root_of,
     run,
     session_argument,

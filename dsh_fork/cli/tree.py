@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..collector import keep
 from .base import (
     JSON_HELP,
     ROOT_HELP,
@@ -15,7 +16,6 @@ from .base import (
     app,
     emit,
     family_argument,
-    keep,
     printable,
     root_of,
     run,
