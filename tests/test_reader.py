@@ -663,6 +663,8 @@ def test_a_frame_given_in_pieces_as_it_decodes_gets_the_verdict_of_one_piece(
         assert whole == (-1, 0, [])
     first, count, hits = whole
     assert kept == (first, count, [(k, line) for k, line in hits if first + k >= keep_from])
+    # a small frame decoded whole takes the one-group shortcut: the same verdict and lines
+    assert reader.summarizer(frozenset({"b"}), keep_from)((plaintext,)) == kept
 
 
 def test_a_summary_of_no_plaintext_refuses_the_frame() -> None:
