@@ -659,16 +659,13 @@ def summarizer(
         if type(pieces) is tuple and len(pieces) == 1:  # a small frame, decoded whole
             text = pieces[0]
             if 0 < len(text) <= SUMMARY_PIECE and text[-1] == 0x0A:  # one group of lines
-                lines = text[:-1].split(b"\n")  # what ``_line_groups`` yields for it
-                checked = checked_run(lines, wanted)
+                group = text[:-1].split(b"\n")  # what ``_line_groups`` yields for it
+                checked = checked_run(group, wanted)
                 if checked is None:
                     return (-1, 0, [])
                 first, offsets = checked
-                return (
-                    first,
-                    len(lines),
-                    [(k, lines[k]) for k in offsets if first + k >= keep_from],
-                )
+                kept = [(k, group[k]) for k in offsets if first + k >= keep_from]
+                return (first, len(group), kept)
         first = -1
         count = 0
         hits: list[tuple[int, bytes]] = []
