@@ -47,7 +47,7 @@ class SessionUsage(Struct):
     log_bytes: int
     inherited: int | None
     source_present: bool
-    flags: list[str] = field(default_factory=list)
+    flags: tuple[str, ...] = ()
 
     @property
     def own(self) -> int:
@@ -180,35 +180,31 @@ Measured = dict[str, tuple[int, int]]
 
 
 def _usage(node: Node, family: str, measured: Measured) -> SessionUsage:
-    sizes = node.entry.sizes  # measured by the listing of a whole root, on two cores
-    total, log_bytes = dir_bytes(node.entry.dir_text) if sizes is None else sizes
-    if node.kind == "fork":
+    """A session's usage, made at once (a root of 100,000 sessions makes as many)."""
+    entry = node.entry
+    sizes = entry.sizes  # measured by the listing of a whole root, on two cores
+    total, log_bytes = dir_bytes(entry.dir_text) if sizes is None else sizes
+    kind = node.kind
+    flags: tuple[str, ...] = ()
+    inherited: int | None = 0
+    if kind == "unreadable":
+        inherited, flags = None, ("unreadable",)
+    elif node.is_seeded:
+        read = measured.get(node.path)
+        if read is None:
+            inherited, flags = None, (f"unreadable log: {node.error}",)
+        else:
+            log_bytes, inherited = read  # the bytes that were read
+    if inherited is None:
+        source_present = False
+    elif kind == "fork":
         # its parent is in the lineage unless flagged missing (a family holds its parents)
         source_present = PARENT_MISSING not in node.flags
-    elif node.kind == "copy":
-        source_present = node.copy_of is not None
     else:
-        source_present = False
-    usage = SessionUsage(
-        node.id,
-        node.path,
-        node.kind,
-        family,
-        total,
-        log_bytes,
-        0 if not node.is_seeded else None,
-        source_present,
+        source_present = kind == "copy" and node.copy_of is not None
+    return SessionUsage(
+        node.id, node.path, kind, family, total, log_bytes, inherited, source_present, flags
     )
-    if node.kind == "unreadable":
-        usage.inherited = None
-        usage.flags.append("unreadable")
-    elif node.path in measured:
-        usage.log_bytes, usage.inherited = measured[node.path]  # the bytes that were read
-    elif node.is_seeded:
-        usage.flags.append(f"unreadable log: {node.error}")
-    if usage.inherited is None:
-        usage.source_present = False
-    return usage
 
 
 def measure(measured: Measured) -> Callable[[Node, SessionLog], None]:

@@ -143,6 +143,34 @@ def test_an_unreadable_session_is_named_and_still_measured(root: Path, clock: Cl
     assert "unreadable session" in result.stderr
 
 
+def test_an_unreadable_header_or_log_is_flagged_and_shares_nothing(root: Path) -> None:
+    """A session whose header cannot be read is ``unreadable``; a fork whose header reads but
+    whose log does not keeps its kind, with the reason as a flag: neither has inherited bytes
+    to measure, so neither counts toward the saving, and both are named on stderr."""
+    family = build_family(root, relinked=False)
+    bad = root / "--fixture-project-0--" / "broken"
+    bad.mkdir()
+    (bad / "session.v4.jsonl.zstd").write_bytes(b"not zstd at all")
+    fork_log = list_generations(Root(root).find(family.fork_a))[-1].path
+    with fork_log.open("ab") as out:
+        out.write(b"garbage, no frame magic")
+    result = run_cli("du", "--root", root, "--json")
+    assert result.exit_code == 0, result.stderr
+    by_id = {u["id"]: u for u in result.json()["sessions"]}
+    assert by_id["broken"]["flags"] == ["unreadable"]
+    assert by_id["broken"]["shareable"] == 0 and by_id["broken"]["sourcePresent"] is False
+    fork = by_id[family.fork_a]
+    assert fork["kind"] == "fork" and fork["inheritedBytes"] is None
+    assert len(fork["flags"]) == 1 and fork["flags"][0].startswith("unreadable log: ")
+    assert "frame magic" in fork["flags"][0]
+    assert fork["sourcePresent"] is False and fork["shareable"] == 0
+    assert fork["ownBytes"] == fork["logBytes"] == fork_log.stat().st_size
+    healthy = by_id[family.fork_b]
+    assert healthy["flags"] == [] and healthy["sourcePresent"] is True
+    assert healthy["shareable"] == healthy["inheritedBytes"] > 0
+    assert "unreadable log: " in result.stderr and "broken" in result.stderr
+
+
 @pytest.mark.parametrize("name", FOREIGN_ROOTS)
 def test_foreign_roots_add_up(name: str) -> None:
     source = foreign_roots(name)
