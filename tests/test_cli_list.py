@@ -243,9 +243,9 @@ def test_a_session_whose_header_cannot_be_read_has_no_kind(family: Path) -> None
 
 
 def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
-    """``iso_ms`` formats 1970..9999 from a date kept per day (a list formats two per row):
+    """``iso_ms`` formats 1970..9999 from a text kept per minute (a list formats two per row):
     the same text as ``datetime`` on both sides of every edge and at 20,000 random times
-    (more days than the cache keeps), None where no calendar holds."""
+    (more minutes than the cache keeps), None where no calendar holds."""
     import random
     from datetime import UTC, datetime
 
@@ -262,6 +262,7 @@ def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
     edges = [0, 1, 999, 1000, -1, -1000, -1001, end - 1, end, end + 1, 1 << 62, -(1 << 62)]
     edges += [1_767_225_600_000 + k * 86_399_999 for k in range(-400, 400)]
     edges += [951_782_400_000 + k for k in (-1, 0, 86_400_000)]  # 2000-02-29
+    edges += [1_767_225_600_000 + k for k in (1, 9, 10, 59_000, 59_999, 60_000, 3_599_999)]
     draw = random.Random(7)
     edges += [draw.randrange(0, end) for _ in range(20_000)]
     for ms in edges:
