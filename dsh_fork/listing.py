@@ -8,6 +8,7 @@ any log is decoded, so a narrow listing of a large root reads only the logs it s
 from __future__ import annotations
 
 import os
+from operator import attrgetter
 from typing import Any
 
 from msgspec import Struct, field
@@ -148,7 +149,9 @@ def list_sessions(
             f"{len(unreadable)} sessions could not be read (their rows name the error; "
             "`dsh-fork doctor` says more)"
         )
-    rows.sort(key=lambda r: (-r.last_activity, r.id))
+    # newest activity first, then by id: two stable sorts on C key getters, no tuple per row
+    rows.sort(key=attrgetter("id"))
+    rows.sort(key=attrgetter("last_activity"), reverse=True)
     filters = {"project": project, "kinds": kinds or None, "since": since}
     return SessionList(str(root.path), rows, len(entries), filters, warnings)
 
@@ -159,18 +162,21 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | N
     header = entry.header
     listed_id = entry.id
     where = entry.dir_text
+    forks, agents = (0, 0) if listed_id is None else root.counts_of(listed_id)
     row = SessionRow(
-        id=listed_id or os.path.basename(where),
-        kind=kind,
-        project=entry.project,
-        path=where,
-        cwd=None if header is None else header.cwd,
-        parent=entry.parent,
-        created_at=None if header is None else header.created_at,
-        last_activity=0 if last is None else last,
+        listed_id or os.path.basename(where),
+        kind,
+        entry.project,
+        where,
+        None if header is None else header.cwd,
+        entry.parent,
+        None if header is None else header.created_at,
+        0 if last is None else last,
+        None,
+        None,
+        forks,
+        agents,
     )
-    if listed_id is not None:
-        row.forks, row.agents = root.counts_of(listed_id)
     error = entry.error
     path = entry.log_path
     if error is None and path is not None and header is not None:

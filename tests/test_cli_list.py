@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,26 @@ def test_a_session_whose_header_cannot_be_read_has_no_kind(family: Path) -> None
     row = next(r for r in document["sessions"] if r["id"] == "session-F")
     assert (row["kind"], row["error"]["code"]) == (None, "UNSUPPORTED_FORMAT")
     assert "session-F" not in listed(family, "--kind", "root")
+
+
+@pytest.mark.parametrize("filtered", [False, True], ids=["whole read", "--since"])
+def test_rows_come_newest_activity_first_then_by_id(family: Path, filtered: bool) -> None:
+    """Last activity is the log's mtime: the newest first, and equal times by id, whether
+    the row's facts came from the listing's own read or from the filtered path."""
+    times = {"session-P": 5_000, "session-A": 9_000, "session-C": 5_000, "other-R": 7_000}
+    for session_id, seconds in times.items():
+        log = next(Root(family).find(session_id).glob("session.v*.jsonl.zstd"))
+        os.utime(log, (seconds, seconds))
+    args = ("--since", "0") if filtered else ()
+    result = run_cli("--root", family, "list", *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    order = [(row["id"], row["lastActivity"]) for row in result.json()["sessions"]]
+    assert order == [
+        ("session-A", 9_000_000),
+        ("other-R", 7_000_000),
+        ("session-C", 5_000_000),
+        ("session-P", 5_000_000),
+    ]
 
 
 def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
