@@ -59,6 +59,10 @@ def assert_every_session_once(root: Path, found: Lineage) -> None:
             assert drawn[node.id] is None  # orphans, self-parents, cycles: at the top
         else:
             assert drawn[node.id] == node.parent
+    # the tops, and the children of each node, oldest first, then by id, then by path
+    for group in [found.tops, *(node.children for node in found.nodes())]:
+        keys = [(n.created_at or 0, n.id, n.path) for n in group]
+        assert keys == sorted(keys)
 
 
 def assert_nodes_say_what_their_entries_say(found: Lineage) -> None:
@@ -376,3 +380,16 @@ def test_a_generated_root_with_chains_of_forks_and_every_oddity(root: Path, reli
     assert not found.unreadable()
     assert any(n.open_turn for n in nodes)
     assert sum("torn tail" in n.flags for n in nodes) == 2  # the last leaf of each top tree
+
+
+def test_sessions_created_at_the_same_moment_are_drawn_by_id_then_by_path(root: Path) -> None:
+    """Equal createdAt: by id; one id in two project dirs: by path (both drawn, flagged)."""
+    for session_id, cwd in [("b", "/w/one"), ("a", "/w/two"), ("a", "/w/one"), ("c", "/w/two")]:
+        spec = SessionSpec(id=session_id, created_at=1_000, cwd=cwd)
+        spec.turn(Clock(), "same moment")
+        spec.publish(root)
+    found = lineage(Root(root))
+    drawn = [(top.id, top.path.split("/")[0]) for top in found.tops]
+    one, two = project_dir_name("/w/one"), project_dir_name("/w/two")
+    assert drawn == sorted([("a", one), ("a", two), ("b", one), ("c", two)])
+    assert_every_session_once(root, found)
