@@ -172,6 +172,7 @@ def test_what_a_pass_drops_is_held_only_in_a_process_that_leaves_without_freeing
     import weakref
 
     from dsh_fork import collector, porcelain
+    from dsh_fork.discovery import Root
     from dsh_fork.fixtures import generate
     from dsh_fork.lineage import Lineage
 
@@ -190,7 +191,7 @@ def test_what_a_pass_drops_is_held_only_in_a_process_that_leaves_without_freeing
     forests = [value for value in held if isinstance(value, Lineage)]
     assert len(forests) == 1 and len(list(forests[0].nodes())) == 9
     listing = porcelain.list_sessions(ctx, project=None, kinds=None, since=None, now_ms=0)
-    roots = [value for value in held if type(value).__name__ == "Root"]
+    roots = [value for value in held if isinstance(value, Root)]
     assert len(roots) == 1 and len(roots[0].entries()) == len(listing.rows) == 9
     alive = weakref.ref(forests[0])
     del forests
