@@ -505,7 +505,11 @@ class Root(Struct):
     # -- lookup -----------------------------------------------------------------------------
 
     def dirs_of(self, session_id: str) -> list[Path]:
-        """Session dirs named for ``session_id`` that hold a canonical generation."""
+        """Session dirs named for ``session_id`` that hold a canonical generation. The empty
+        id names no dir (it has no encoding), yet a header may name it: ``parentSession`` is
+        any string, never resolved on read (format §7.2)."""
+        if not session_id:
+            return []
         segment = encode_segment(session_id)
         return [project / segment for project in self.project_dirs() if _holds(project / segment)]
 

@@ -140,6 +140,30 @@ def test_fork_of_a_fork_shows_the_ancestor_markers(root: Path, clock: Clock) -> 
     assert report["title"] == "after the cut"
 
 
+def test_a_header_naming_the_empty_parent_is_read_by_every_command(
+    root: Path, clock: Clock
+) -> None:
+    """``parentSession`` is any string, never resolved on read (format §7.2): an empty one
+    names no session dir, so no command looks one up (inspect ended in an internal error)."""
+    spec = spec_of(parent="")
+    spec.turn(clock)
+    spec.publish(root)
+    report = inspect_json(root, spec.id)
+    assert report["inheritance"]["parentSession"] == ""
+    assert report["inheritance"]["parentExists"] is False
+    for argv in (
+        ["inspect", spec.id, "--events"],
+        ["tree", "--json"],
+        ["list", "--json"],
+        ["du", "--json"],
+        ["doctor", "--json"],
+        ["list-agents", spec.id, "--json"],
+        ["fork", spec.id, "--dry-run", "--json"],
+    ):
+        result = run_cli("--root", root, *argv)
+        assert result.exit_code == 0, (argv, result.stderr)
+
+
 def test_torn_tail_shows_offset_and_recoverable_lines(root: Path, clock: Clock) -> None:
     spec = spec_of()
     spec.turn(clock)
