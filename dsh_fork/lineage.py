@@ -247,12 +247,16 @@ def _node(entry: SessionEntry) -> Node:
     )
 
 
-def _order(node: Node) -> tuple[int, str, str]:
-    return (node.created_at or 0, node.id, node.path)
-
-
 def _created(node: Node) -> int:
     return node.created_at or 0
+
+
+_ORDER_KEYS: tuple[Callable[[Node], Any], ...] = (_created, attrgetter("id"), attrgetter("path"))
+"""How nodes are ordered, most significant key first: oldest first, then by id, then by path."""
+
+
+def _order(node: Node) -> tuple[Any, ...]:
+    return tuple(key(node) for key in _ORDER_KEYS)
 
 
 def build_forest(root: Root) -> list[Node]:
@@ -264,11 +268,8 @@ def build_forest(root: Root) -> list[Node]:
     """
     with paused_gc():  # headers and nodes only: plain data, no cycle to collect
         nodes = list(map(_node, root.entries()))
-        # in ``_order``: three stable sorts, the least significant key first, make no tuple
-        # per node (about 10 ms less for 100,000 nodes)
-        nodes.sort(key=attrgetter("path"))
-        nodes.sort(key=attrgetter("id"))
-        nodes.sort(key=_created)
+        for key in reversed(_ORDER_KEYS):  # stable sorts, least significant key first: in
+            nodes.sort(key=key)  # ``_order`` with no tuple per node (10 ms of 100,000 nodes)
         return _place(nodes)
 
 
