@@ -383,6 +383,8 @@ class InspectReport(Struct):
 
 
 def _turn_json(turn: TurnSummary) -> dict[str, Any]:
+    """``TurnSummary.to_json``, named here without importing ``turns`` (only ``--turns``
+    needs it)."""
     return turn.to_json()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import SessionStale
@@ -22,7 +23,7 @@ Identity = tuple[int, int, int, int, int]
 WINDOW_BYTES = 4 << 20
 """Compressed bytes read at a time by a pass over the frames."""
 COPY_STEP = 1 << 20
-"""Bytes per step of the read/write fallback of ``FileRun.copy_to``."""
+"""Bytes per step of the read/write fallback of ``copy_range``."""
 
 
 def identity_of(st: os.stat_result) -> Identity:
@@ -89,27 +90,34 @@ class FileRun:
         return self.end > self.start
 
     def copy_to(self, fd: int, count: int | None = None) -> None:
-        """Append the first ``count`` bytes (all by default) to ``fd`` at its offset: by
-        ``copy_file_range`` (no copy through this process), else a bounded read/write loop.
-        A source that ends early is SESSION_STALE."""
-        pos = self.start
+        """Append the first ``count`` bytes (all by default) to ``fd`` at its offset. A
+        source that ends early is SESSION_STALE."""
         end = self.end if count is None else self.start + count
-        kernel = hasattr(os, "copy_file_range")
-        while pos < end:
-            if kernel:
-                try:
-                    done = os.copy_file_range(self.source.fd, fd, end - pos, pos)
-                except OSError as exc:
-                    if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                        raise
-                    kernel = False
-                    continue
-                if not done:
-                    raise stale(self.source.path)
-                pos += done
+        path = self.source.path
+        copy_range(self.source.fd, fd, self.start, end, lambda: stale(path))
+
+
+def copy_range(src: int, dst: int, start: int, end: int, ended: Callable[[], Exception]) -> None:
+    """Append bytes ``start..end-1`` of ``src`` (read by offset) to ``dst`` at its offset: by
+    ``copy_file_range`` (no copy through this process), else a bounded ``pread``/write loop.
+    A source that ends early raises ``ended()``."""
+    pos = start
+    kernel = hasattr(os, "copy_file_range")
+    while pos < end:
+        if kernel:
+            try:
+                done = os.copy_file_range(src, dst, end - pos, pos)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                kernel = False
                 continue
-            piece = self.source.read(pos, min(end, pos + COPY_STEP))
+        else:
+            piece = os.pread(src, min(end - pos, COPY_STEP), pos)
             view = memoryview(piece)
             while view:
-                view = view[os.write(fd, view) :]
-            pos += len(piece)
+                view = view[os.write(dst, view) :]
+            done = len(piece)
+        if not done:
+            raise ended()
+        pos += done

@@ -48,7 +48,7 @@ from .locking import SessionLock
 from .model import MODEL_TYPES, Facts, facts_of
 from .reader import SessionLog, open_log, parse_recovered
 from .records import encode_event
-from .source import FileRun
+from .source import FileRun, copy_range
 
 if TYPE_CHECKING:  # the pool is started only by a relink that publishes batches
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -733,12 +733,13 @@ def _named_copy(pending: _Pending) -> None:
     fd = handle.create_file(temp)
     pending.temp = temp
     try:
-        offset = 0
-        while offset < pending.size:
-            copied = os.copy_file_range(pending.fd, fd, pending.size - offset, offset, offset)
-            if copied == 0:
-                raise IoError(f"{temp_path}: the temp ended early", path=str(temp_path))
-            offset += copied
+        copy_range(
+            pending.fd,
+            fd,
+            0,
+            pending.size,
+            lambda: IoError(f"{temp_path}: the temp ended early", path=str(temp_path)),
+        )
         os.fsync(fd)
     except BaseException:
         _remove_quietly(handle, temp)
