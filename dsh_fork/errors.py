@@ -24,6 +24,8 @@ class DshForkError(Exception):
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
+        self.listing: tuple[str, ...] = ()
+        """Lines a human reads below the error line (an ambiguous prefix's candidates)."""
         self.details: dict[str, Any] = {k: v for k, v in details.items() if v is not None}
 
     def to_json(self) -> dict[str, Any]:

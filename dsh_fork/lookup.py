@@ -2,7 +2,9 @@
 
 A root that is missing, not a directory, or a DSH home given instead of its ``sessions`` dir
 is refused with the fix, so no command reports a healthy empty root for a typo. An id may be
-given by any unique prefix; an ambiguous prefix lists its candidates.
+given by any unique prefix of itself or of its short form (the id without DSH's ``session-``
+prefix: every id DSH makes starts with it, so it tells no session apart); an ambiguous prefix
+lists its candidates.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 ROOT_HINT = "pass --root PATH or set DSH_HOME (the root is $DSH_HOME/sessions)"
 CANDIDATES_SHOWN = 10
 """An ambiguous prefix names at most this many candidates (and how many more there are)."""
+ID_PREFIX = "session-"
+"""What every id DSH makes starts with; an id's short form is the id without it."""
 
 
 def _session_dirs(root: Path) -> Iterator[tuple[str, Path]]:
@@ -102,20 +106,54 @@ def session_ids(root: Path) -> Iterator[str]:
             yield session_id
 
 
-def expand_prefix(root: Root, arg: str) -> str:
-    """The id ``arg`` names in ``root``: itself when a session has it, else the one id it is a
-    unique prefix of; an ambiguous prefix → ``SESSION_NOT_FOUND`` listing the candidates.
-    An arg that matches nothing is returned as is (the lookup then reports it missing)."""
-    check_root(root.path, lookup=arg)
-    if root.dirs_of(arg):
-        return arg
+def short_id(session_id: str) -> str:
+    """The id without DSH's ``session-`` prefix (the id itself when it has none, or when
+    nothing would be left)."""
+    if session_id.startswith(ID_PREFIX) and len(session_id) > len(ID_PREFIX):
+        return session_id[len(ID_PREFIX) :]
+    return session_id
+
+
+def names_prefixes(arg: str) -> tuple[str, ...]:
+    """The session dir name prefixes ``arg`` stands for: its own encoding, and, when it does
+    not start with ``session-`` itself, the encoding of the id it is a short form of. The one
+    place the prefix rule lives; an arg no id can start with stands for none."""
     try:
         encoded = encode_segment(arg)
     except ValueError:
+        return ()
+    if arg.startswith(ID_PREFIX):
+        return (encoded,)
+    return (encoded, encode_segment(ID_PREFIX + arg))
+
+
+def completions(root: Path, incomplete: str) -> list[str]:
+    """Shell completion of a SESSION: the ids starting with ``incomplete`` and the short ids
+    starting with it, sorted (dir names only, nothing opened)."""
+    offered: set[str] = set()
+    for session_id in session_ids(root):
+        short = short_id(session_id)
+        if session_id.startswith(incomplete):
+            offered.add(session_id)
+        if short != session_id and short.startswith(incomplete):
+            offered.add(short)
+    return sorted(offered)
+
+
+def expand_prefix(root: Root, arg: str) -> str:
+    """The id ``arg`` names in ``root``: itself when a session has it, else the one id it is a
+    unique prefix of (``names_prefixes``); an ambiguous prefix → ``SESSION_NOT_FOUND`` listing
+    the candidates one per line. An arg that matches nothing is returned as is (the lookup then
+    reports it missing)."""
+    check_root(root.path, lookup=arg)
+    if root.dirs_of(arg):
+        return arg
+    prefixes = names_prefixes(arg)
+    if not prefixes:
         return arg
     matches: set[str] = set()
     for name, session_dir in _session_dirs(root.path):
-        if not name.startswith(encoded):
+        if not name.startswith(prefixes):
             continue
         session_id = decode_segment(name)
         try:
@@ -127,14 +165,20 @@ def expand_prefix(root: Root, arg: str) -> str:
         return matches.pop()
     if not matches:
         return arg
-    ordered = sorted(matches)
-    shown = ", ".join(ordered[:CANDIDATES_SHOWN])
-    more = len(ordered) - CANDIDATES_SHOWN
-    if more > 0:
-        shown += f" and {more} more"
-    raise SessionNotFound(
-        f"ambiguous id prefix {arg!r}: {len(ordered)} sessions match ({shown}); "
-        "give more characters",
+    raise ambiguous(arg, sorted(matches))
+
+
+def ambiguous(arg: str, ordered: list[str]) -> SessionNotFound:
+    """The refusal of a prefix several ids match: the count on the error line, at most
+    ``CANDIDATES_SHOWN`` candidates on the lines below it, then how many more there are."""
+    shown = ordered[:CANDIDATES_SHOWN]
+    more = len(ordered) - len(shown)
+    listing = [*shown, f"... and {more} more"] if more > 0 else shown
+    error = SessionNotFound(
+        f"ambiguous id prefix {arg!r}: {len(ordered)} sessions match; give more characters",
         session=arg,
-        candidates=ordered,
+        candidates=shown,
+        matches=len(ordered),
     )
+    error.listing = tuple(listing)
+    return error

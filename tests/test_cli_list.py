@@ -168,11 +168,11 @@ def test_an_ambiguous_prefix_lists_the_candidates(family: Path) -> None:
     error = result.json()["error"]
     check("error", result.json())
     assert error["candidates"] == ["session-A", "session-C", "session-P"]
-    assert error["message"] == (
-        "ambiguous id prefix 'session-': 3 sessions match (session-A, session-C, session-P); "
-        "give more characters"
+    assert error["matches"] == 3
+    assert (
+        error["message"] == "ambiguous id prefix 'session-': 3 sessions match; give more characters"
     )
-    assert human.stderr == f"Error: {error['message']}\n"
+    assert human.stderr == (f"Error: {error['message']}\n  session-A\n  session-C\n  session-P\n")
 
 
 def test_a_prefix_matching_nothing_is_not_found(family: Path) -> None:
@@ -191,6 +191,15 @@ def test_completion_offers_the_ids_of_the_root(family: Path) -> None:
 
     assert complete_session(ctx, "session-") == ["session-A", "session-C", "session-P"]
     assert complete_session(ctx, "oth") == ["other-R"]
+    assert complete_session(ctx, "") == [
+        "A",
+        "C",
+        "P",
+        "other-R",
+        "session-A",
+        "session-C",
+        "session-P",
+    ]
     ctx.params["root"] = str(family / "nowhere")
     assert complete_session(ctx, "") == []
 

@@ -51,7 +51,8 @@ def _exit_table() -> str:
 HELP = f"""Offline fork, subagent relink and inspection of DSH session logs.
 
 The sessions root is --root, else $DSH_HOME/sessions (DSH_HOME defaults to ~/.dsh). A
-SESSION is a session id, a unique prefix of one, a session dir, or a log file inside one.
+SESSION is a session id, a unique prefix of one (its `session-` may be left out), a session
+dir, or a log file inside one.
 With --json every command prints exactly one JSON document on stdout (schemas/ in the
 source tree describes each; an error is {{"error": {{"code": ..., "message": ...}}}}).
 
@@ -225,9 +226,10 @@ def root_of(command_root: str | None) -> str | None:
 
 
 def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Shell completion of a SESSION: the ids of the root whose names start with the text."""
+    """Shell completion of a SESSION: the ids and short ids of the root starting with the
+    text (``lookup.completions``)."""
     from ..layout import resolve_root
-    from ..lookup import session_ids
+    from ..lookup import completions
 
     root = ctx.params.get("root")
     parent = ctx.parent
@@ -235,8 +237,7 @@ def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
         root = parent.params.get("root")
         parent = parent.parent
     try:
-        ids = session_ids(resolve_root(root))
-        return sorted(i for i in ids if i.startswith(incomplete))
+        return completions(resolve_root(root), incomplete)
     except (OSError, ValueError):
         return []
 
@@ -253,7 +254,9 @@ def family_argument(help_text: str) -> Any:
     )
 
 
-SESSION_HELP = "Session id (or a unique prefix of one), session dir, or log file."
+SESSION_HELP = (
+    "Session id (or a unique prefix of one, `session-` left out or not), session dir, or log file."
+)
 
 KEEP_WHOLE = frozenset(
     {"id", "path", "session", "fork child", "source", "copy", "parent", "where", "childId"}
@@ -411,6 +414,8 @@ def fail(out: Out, error: DshForkError) -> NoReturn:
 def _error_lines(out: Out, error: DshForkError) -> None:
     later = RERUN_LATER if error.code == "SESSION_LOCKED" else ""
     sys.stderr.write(f"Error: {printable(error.message)}{later}\n")
+    for line in error.listing:
+        sys.stderr.write(f"  {printable(line)}\n")
     if isinstance(error, Partial):
         for item in error.failed:
             sys.stderr.write("  " + printable(failure_line(item)) + "\n")
