@@ -191,11 +191,13 @@ def test_a_parser_error_under_json_is_a_usage_document(argv: list[str]) -> None:
     assert result.stderr == ""
 
 
-def test_a_parser_error_without_json_is_clicks_usage_text() -> None:
+def test_a_parser_error_without_json_is_one_line_naming_the_help() -> None:
     result = run_cli("fork", "x", "--at", "abc")
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "Usage: dsh-fork fork" in result.stderr and "'abc' is not a valid int" in (result.stderr)
+    assert result.stderr == (
+        "Error: Invalid value for '--at': 'abc' is not a valid int. (see 'dsh-fork fork --help')\n"
+    )
 
 
 def test_doctor_findings_sit_at_one_path_whether_or_not_it_fails(tree: tuple[Path, str]) -> None:

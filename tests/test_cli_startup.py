@@ -22,7 +22,7 @@ def loaded_commands(*args: str) -> tuple[set[str], str]:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("loaded: ")
     names = {m.removeprefix("dsh_fork.cli.") for m in last.removeprefix("loaded: ").split()}
-    return names - {"app", "base"}, proc.stdout
+    return names - {"app", "argv", "base"}, proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
     app: typer.Typer  # provided by __getattr__, with every command registered
 
-_VALUE_OPTIONS = ("--root",)  # the app's options that take a value
 _MODULES = {"list": "list_sessions", "import": "import_"}  # modules not named for their command
 _COMPLETION_VAR = "_DSH_FORK_COMPLETE"
 
@@ -98,15 +97,10 @@ def _register_only(args: Sequence[str]) -> bool:
 
 
 def _command_name(args: Sequence[str]) -> str | None:
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in _VALUE_OPTIONS:
-            skip = True
-        elif not arg.startswith("-"):
-            return arg
-    return None
+    from .argv import command_index
+
+    index = command_index(args)
+    return None if index is None else args[index]
 
 
 def _name_of(info: typer.models.CommandInfo) -> str | None:

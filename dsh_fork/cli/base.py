@@ -12,10 +12,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
 from typing import Any, NoReturn, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 try:  # typer 0.28 carries its own copy of click; earlier releases use the package
     from typer import _click as click
@@ -77,7 +78,7 @@ class Group(TyperGroup):
     ) -> Any:
         """Run the command; parser errors become the contract's USAGE (one JSON document
         under ``--json``), a closed stdout a quiet exit 141, Ctrl-C exit 130."""
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = arranged(self, sys.argv[1:] if args is None else args)
         json_mode = "--json" in argv
         try:
             code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
@@ -99,6 +100,26 @@ class Group(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+def arranged(group: TyperGroup, args: Sequence[str]) -> list[str]:
+    """``args`` with the app's options and ``--json`` on the side their parser reads them
+    (``argv.arrange``, for the command ``args`` name)."""
+    from .argv import arrange, command_index
+
+    index = command_index(args)
+    command = None if index is None else group.commands.get(args[index])
+    if command is None:
+        return list(args)
+    names: set[str] = set()
+    valued: set[str] = set()
+    for param in command.params:
+        if isinstance(param, TyperOption):
+            opts = {*param.opts, *param.secondary_opts}
+            names |= opts
+            if not param.is_flag and not param.count:
+                valued |= opts
+    return arrange(args, names, valued)
 
 
 def hold_results() -> None:
@@ -129,14 +150,26 @@ def _flush() -> None:
 
 
 def _usage(exc: click.exceptions.ClickException, json_mode: bool) -> int:
-    """A parser error: click's own text (with the usage line), or the USAGE JSON document."""
+    """A parser error: one line on stderr naming the help to read (not click's usage block),
+    or the USAGE JSON document."""
     no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
-    if isinstance(exc, no_args) or not json_mode:
+    if isinstance(exc, no_args):
         exc.show()
         return int(exc.exit_code)
+    if not json_mode:
+        sys.stderr.write(printable(usage_line(exc)) + "\n")
+        return UsageError.exit_code
     error = UsageError(exc.format_message())
     _write_json(error_document(error))
     return error.exit_code
+
+
+def usage_line(exc: click.exceptions.ClickException) -> str:
+    """``Error: <what is wrong> (see '<command> --help')``: the one line of a parser error."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "dsh-fork"
+    return f"Error: {message} (see '{command} --help')"
 
 
 def _broken_pipe() -> int:
@@ -181,10 +214,17 @@ ROOT_HELP = "Sessions root (default: $DSH_HOME/sessions, DSH_HOME defaults to ~/
 JSON_HELP = "Print exactly one JSON document on stdout (errors too)."
 
 
+class Color(StrEnum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
 class State:
     root: str | None = None
     quiet: bool = False
     verbose: bool = False
+    color: Color = Color.auto
 
 
 state = State()
@@ -205,6 +245,12 @@ def _main(
     verbose: bool = typer.Option(
         False, "-v", "--verbose", help="Also print the root, the operation log and error details."
     ),
+    color: Color = typer.Option(
+        Color.auto,
+        "--color",
+        help="Colour in terminal output: auto (on a terminal, unless NO_COLOR is set), "
+        "always or never.",
+    ),
     version: bool = typer.Option(
         False,
         "-V",
@@ -217,6 +263,7 @@ def _main(
     state.root = root
     state.quiet = quiet
     state.verbose = verbose and not quiet
+    state.color = color
     faults.load_from_env()  # a no-op outside the test suite (faults.enable_env)
 
 
@@ -272,7 +319,7 @@ class Out:
         self.quiet = state.quiet
         self.verbose = state.verbose
         self.tty = sys.stdout.isatty()
-        self.color = self.tty and not os.environ.get("NO_COLOR")
+        self.color = colour_wanted(self.tty)
         self._console: Any = None
 
     @property
@@ -367,6 +414,13 @@ class Out:
         """A ``-v`` line on stderr."""
         if self.verbose:
             sys.stderr.write(f"{printable(message)}\n")
+
+
+def colour_wanted(terminal: bool) -> bool:
+    """``--color``: always, never, or (auto) on a terminal unless ``NO_COLOR`` is set."""
+    if state.color is Color.auto:
+        return terminal and not os.environ.get("NO_COLOR")
+    return state.color is Color.always
 
 
 def _write_json(value: Any) -> None:
