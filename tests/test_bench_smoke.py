@@ -128,7 +128,9 @@ def test_the_counters_of_this_machine_are_read_when_it_has_them() -> None:
     assert counters is not None
     busy, stolen, cpus = counters
     assert busy > 0 and stolen >= 0 and cpus >= 1
-    spin = [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.2: pass"]
+    # The child spins until it has used 0.1 s of its own CPU, however busy the machine is (its
+    # clock is CPU time, not wall time), so the count below does not depend on the load.
+    spin = [sys.executable, "-c", "import time\nwhile time.process_time() < 0.1: pass"]
     before = harness._own_cpu()
     subprocess.run(spin, check=True)
     assert harness._own_cpu() - before >= 0.1  # a waited child's CPU is counted as ours
