@@ -74,6 +74,17 @@ class DiffResult(ReadOnly, Struct):
         """The first seq that differs or exists on one side only; None when identical."""
         return None if self.identical else self.common
 
+    @property
+    def differs(self) -> bool:
+        """Either side has a turn after the common prefix: a turn of its own, or a shared
+        turn that goes on differently. What a fork or copy adds between turns (its marker,
+        title, catalog facts) is no difference (``diff --exit-code``)."""
+        return any(
+            turn.end_seq is None or turn.end_seq >= self.common
+            for side in (self.a, self.b)
+            for turn in side.tail
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "a": self.a.to_json(),
@@ -83,6 +94,7 @@ class DiffResult(ReadOnly, Struct):
             "noCommonPrefix": self.common == 0,
             "identical": self.identical,
             "firstDifferingSeq": self.first_difference,
+            "differs": self.differs,
         }
 
 

@@ -121,3 +121,55 @@ def test_plain_text_names_the_split_and_both_tails(root: Path) -> None:
 def test_a_missing_session_is_session_not_found(root: Path) -> None:
     family = build_family(root, relinked=False)
     assert run_cli("diff", family.top, "nobody", "--root", root).exit_code == 3
+
+
+# -- --exit-code (issue 35) -------------------------------------------------------------------
+
+
+def test_exit_code_is_1_when_either_side_has_a_turn_after_the_prefix(family: Family) -> None:
+    """The parent went on after the fork's cut: they differ, whichever side is A."""
+    for a, b in ((family.fork_a, family.top), (family.top, family.fork_a)):
+        result = run_cli("diff", a, b, "--root", family.root, "--exit-code", "-q")
+        document = run_cli("diff", a, b, "--root", family.root, "--exit-code", "--json")
+        assert (result.exit_code, result.stdout, result.stderr) == (1, "", "")
+        assert document.exit_code == 1 and document.json()["differs"] is True
+
+
+def test_a_fork_with_nothing_after_its_cut_does_not_differ(root: Path) -> None:
+    """A fork of a session's end holds the source's events, then its marker, title and catalog
+    facts: no turn after the common prefix on either side."""
+    clock = Clock()
+    source = SessionSpec(id="session-S", created_at=clock(), cwd="/w")
+    source.turn(clock)
+    source.turn(clock)
+    source.publish(root)
+    made = run_cli("--root", root, "fork", "session-S", "--id", "child", "--json")
+    assert made.exit_code == 0, made.stderr
+
+    plain = run_cli("--root", root, "diff", "child", "session-S")
+    checked = run_cli("--root", root, "diff", "child", "session-S", "--exit-code", "--json")
+
+    assert plain.exit_code == 0
+    assert checked.exit_code == 0
+    data = checked.json()
+    assert data["identical"] is False and data["differs"] is False
+    assert data["a"]["splitEventType"] == "session/end-seed"
+
+
+def test_exit_code_is_0_for_a_session_against_itself(root: Path) -> None:
+    clock = Clock()
+    spec = SessionSpec(id="session-S", created_at=clock(), cwd="/w")
+    spec.turn(clock)
+    spec.publish(root)
+    result = run_cli("--root", root, "diff", "S", "session-S", "--exit-code")
+    assert result.exit_code == 0 and "identical" in result.stdout
+
+
+def test_without_exit_code_a_difference_exits_0(family: Family) -> None:
+    result = run_cli("diff", family.fork_a, family.fork_b, "--root", family.root)
+    assert result.exit_code == 0
+
+
+def test_exit_code_keeps_the_error_codes(root: Path) -> None:
+    result = run_cli("--root", root, "diff", "nosuch", "other", "--exit-code")
+    assert result.exit_code == 3

@@ -60,6 +60,7 @@ source tree describes each; an error is {{"error": {{"code": ..., "message": ...
 \b
 Exit codes:
 {_exit_table()}
+`diff --exit-code` alone exits 1 for "the sessions differ", as git's does.
 
 The README's glossary explains the terms the commands use (cut, end-seed marker, own-range
 catalog, path binding, copy, ...)."""

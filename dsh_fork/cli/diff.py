@@ -19,6 +19,9 @@ from .base import (
     session_argument,
 )
 
+DIFFERS_EXIT = 1
+"""``--exit-code``: the sessions differ (git's and diff(1)'s code; INTERNAL everywhere else)."""
+
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..diff import DiffResult, DiffSide
 
@@ -91,6 +94,12 @@ def _render(out: Out, result: DiffResult) -> None:
 def diff_command(
     a: str = session_argument(SESSION_HELP, metavar="A"),
     b: str = session_argument(SESSION_HELP, metavar="B"),
+    exit_code: bool = typer.Option(
+        False,
+        "--exit-code",
+        help="Exit 1 when either side has a turn after the common prefix, 0 otherwise (git's "
+        "diff --exit-code); a fork's marker, title and catalog facts are no difference.",
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -98,7 +107,13 @@ def diff_command(
 
     Meant for a fork and its parent, two sibling forks, or a copy and its original.
 
-    Example: dsh-fork diff my-branch session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a
+    With --exit-code, exit 1 means "they differ" (not INTERNAL, as everywhere else): either
+    side has a turn after the common prefix. Errors keep their codes (3, 9, 11, ...).
+
+    \b
+    Examples:
+      dsh-fork diff my-branch session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a
+      dsh-fork diff -q --exit-code my-branch 68a2 || echo "the branch went on"
     """
     from .. import porcelain
 
@@ -107,3 +122,5 @@ def diff_command(
     out.info(f"root: {ctx.root}")
     result = run(out, lambda: porcelain.diff(ctx, a, b), where=ctx.root)
     emit(out, result, _render)
+    if exit_code and result.differs:
+        raise typer.Exit(DIFFERS_EXIT)
