@@ -355,6 +355,8 @@ class FixtureSummary(Struct):
     open_turns: list[str] = field(default_factory=list)
     torn_tails: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    registry: Path | None = None
+    """The workspace registry written beside the root (``workspaces``), else None."""
 
     def partial(self) -> Partial | None:
         """A fixture is written whole or the command fails."""
@@ -371,6 +373,7 @@ class FixtureSummary(Struct):
             "oldGeneration": self.old_generation,
             "openTurns": self.open_turns,
             "tornTails": self.torn_tails,
+            **({} if self.registry is None else {"registry": str(self.registry.absolute())}),
         }
 
 
@@ -477,6 +480,7 @@ def generate(
     open_turns: bool = False,
     torn_tails: bool = False,
     old_generation: int = 0,
+    workspaces: bool = False,
     progress: Progress | None = None,
 ) -> FixtureSummary:
     """Write a deterministic root; OUT_ROOT must not exist or be empty (semantics §8).
@@ -488,7 +492,10 @@ def generate(
     tool made (no catalog facts, the last copy without its own descriptor); ``open_turns``
     leaves the last subagent of each parent inside an open turn; ``torn_tails`` tears the log
     tail of each top-level tree's last leaf; ``old_generation`` adds top-level trees stored as
-    v3 files (no catalog facts).
+    v3 files (no catalog facts). ``workspaces`` gives each top-level tree a real project
+    folder inside the home (the root's parent) as its cwd, and writes DSH's workspace registry
+    there: initialised, one workspace per project listing its top-level session (the forks
+    join through ``fork``, as they would from DSH).
     """
     if out_root.exists() and (not out_root.is_dir() or any(out_root.iterdir())):
         raise UsageError(f"{out_root} exists and is not an empty directory", path=str(out_root))
@@ -499,8 +506,9 @@ def generate(
     )
     top_level: list[str] = []
     legacy_specs: list[SessionSpec] = []
+    cwd_of = _project_folders(out_root) if workspaces else _plain_cwd
     for i in range(sessions):
-        spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=f"/fixture/project-{i}")
+        spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=cwd_of(f"project-{i}"))
         top_level.append(spec.id)
         tree.build(spec, 0, "")
         if legacy and tree.children[spec.id]:
@@ -509,7 +517,7 @@ def generate(
     old: list[str] = []
     old_tree = _Tree(tree.ids, tree.rng, tree.clock, agents, depth, turns, words, False, False)
     for i in range(old_generation):
-        spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=f"/fixture/old-{i}")
+        spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=cwd_of(f"old-{i}"))
         old.append(spec.id)
         old_tree.build(spec, 0, "", catalog=False)
     for level, count in old_tree.per_depth.items():
@@ -523,6 +531,10 @@ def generate(
         if progress is not None:
             progress(done, len(everything))
     written = len(everything)
+    registry = None
+    if workspaces:
+        tops = [s for s in v4_specs + old_tree.specs if s.id in top_level or s.id in old]
+        registry = write_registry(out_root.parent, tops)
     fork_ids: list[str] = []
     if forks:
         fork_ids = _forks(out_root, top_level, forks, fork_depth, relinked, tree.ids, tree.clock)
@@ -542,7 +554,70 @@ def generate(
         old_generation=old,
         open_turns=tree.opened,
         torn_tails=torn,
+        registry=registry,
     )
+
+
+def _plain_cwd(name: str) -> str:
+    return f"/fixture/{name}"
+
+
+def _project_folders(out_root: Path) -> Callable[[str], str]:
+    """Real project folders inside the home (``<home>/projects/<name>``), made as they are
+    named, so that the membership rule (``realpath(cwd)`` is the record's path) holds."""
+    base = Path(os.path.realpath(out_root.parent)) / "projects"
+
+    def cwd(name: str) -> str:
+        (base / name).mkdir(parents=True, exist_ok=True)
+        return str(base / name)
+
+    return cwd
+
+
+_WORKSPACE_IDS = uuid.UUID("0b5e7d1c-4a3f-4e2b-9c8d-7f6e5d4c3b2a")
+
+
+def write_registry(home: Path, tops: list[SessionSpec]) -> Path:
+    """DSH's workspace registry (dsh-world §1.1), initialised: one workspace per cwd of
+    ``tops`` (their order), listing those sessions newest first, as DSH's first start sorts
+    them. Written in DSH's own format (``registry.dumps``), mode 0600."""
+    from .registry import FILE_NAME, STORAGES, UNIT_NAME, UNIT_VERSION, dumps
+    from .times import iso_ms
+
+    stamp = iso_ms(FIXTURE_EPOCH_MS)
+    table: dict[str, dict[str, Any]] = {}
+    for spec in tops:
+        assert spec.cwd is not None
+        key = str(uuid.uuid5(_WORKSPACE_IDS, spec.cwd))
+        record = table.setdefault(
+            key,
+            {
+                "path": spec.cwd,
+                "title": os.path.basename(spec.cwd),
+                "sessionIds": [],
+                "createdAt": stamp,
+                "updatedAt": stamp,
+            },
+        )
+        record["sessionIds"].insert(0, spec.id)
+    doc = {
+        "unit": {"name": UNIT_NAME, "version": UNIT_VERSION},
+        "global": {
+            "initialized": True,
+            "workspaceIds": list(table),
+            "archivedSessionIds": [],
+            "pinnedSessionIds": [],
+            **({"defaultWorkspaceId": next(iter(table))} if table else {}),
+        },
+        "tables": {"workspaces": table},
+    }
+    storages = home / STORAGES
+    storages.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = storages / FILE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(dumps(doc))
+    return path
 
 
 def _legacy_fork(

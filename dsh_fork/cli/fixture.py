@@ -56,6 +56,12 @@ def fixture(
     old_generation: int = typer.Option(
         0, "--old-generation", min=0, help="Extra top-level trees stored as v3 files."
     ),
+    workspaces: bool = typer.Option(
+        False,
+        "--workspaces",
+        help="Real project folders in the home as cwds, and DSH's workspace registry beside "
+        "the root (a workspace per project).",
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Write a deterministic, valid sessions root for tests and demos.
@@ -84,6 +90,7 @@ def fixture(
             open_turns=open_turns,
             torn_tails=torn_tails,
             old_generation=old_generation,
+            workspaces=workspaces,
             progress=_progress,
         ),
         where=out_root,
@@ -108,3 +115,5 @@ def _render(out: Out, summary: FixtureSummary) -> None:
     ):
         for session_id in ids:
             out.line(f"{label} {session_id}")
+    if summary.registry is not None:
+        out.line(f"workspace registry {summary.registry}")
