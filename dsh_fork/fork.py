@@ -42,6 +42,8 @@ from .times import iso_ms
 from .workspace import moved_workspace
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
+    from .joining import WorkspaceJoin
+    from .records import Header
     from .relink import ForkPoint, RelinkSummary
 
 PRESET_TYPE = "agent-preset/selected"
@@ -71,6 +73,8 @@ class ForkResult(Struct):
     cwd_moved: bool = False
     inbox_canceled: dict[str, int] | None = None
     """Inherited pending items canceled per target (``--drop-inherited-inbox``), else None."""
+    workspace: WorkspaceJoin | None = None
+    """The workspace the child joined, or why none (dsh-world §1.4)."""
 
     def partial(self) -> Partial | None:
         """PARTIAL (exit 10) when the child was written but part of its subagent tree was
@@ -92,6 +96,7 @@ class ForkResult(Struct):
                 **self._options_json(),
             },
             "agents": None if self.agents is None else self.agents.to_json(),
+            "workspace": None if self.workspace is None else self.workspace.to_json(),
             "dryRun": self.dry_run,
             "framesCopied": self.frames_copied,
             "framesReencoded": self.frames_reencoded,
@@ -120,6 +125,7 @@ def fork(
     oplog_path: Path | None = None,
     cwd: str | None = None,
     drop_inbox: bool = False,
+    workspace: bool = True,
 ) -> ForkResult:
     """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
 
@@ -127,7 +133,8 @@ def fork(
     run (relink), while the child's lock is held from its publication to the end. ``cwd``
     moves the child into another workspace, and the subagent copies follow it
     (``workspace.rebase_cwd``); ``drop_inbox`` cancels the inherited queued input in the
-    child's own range.
+    child's own range. Once published, the child joins its workspace (``joining``) unless
+    ``workspace`` is false.
     """
     generation = source.generation
     if generation.version < SUPPORTED_VERSION:
@@ -187,6 +194,7 @@ def fork(
             from .relink import fork_point, plan_new_fork
 
             _set_agents(result, plan_new_fork(root, fork_point(log, facts, log.header.id, last, 0)))
+        _join_workspace(root, result, log.header, cwd, workspace, clock)
         return result
 
     assert child_id is not None
@@ -214,6 +222,7 @@ def fork(
             _copy_agents(root, result, point, published.lock, oplog_path, clock, new_id)
         finally:
             published.lock.release()
+    _join_workspace(root, result, log.header, cwd, workspace, clock)
     return result
 
 
@@ -232,6 +241,7 @@ def fork_session(
     oplog_path: Path | None = None,
     cwd: str | None = None,
     drop_inbox: bool = False,
+    workspace: bool = True,
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
 
@@ -258,7 +268,28 @@ def fork_session(
         oplog_path=oplog_path or default_oplog_path(root_option, env),
         cwd=cwd,
         drop_inbox=drop_inbox,
+        workspace=workspace,
     )
+
+
+def _join_workspace(
+    root: Root,
+    result: ForkResult,
+    source: Header,
+    cwd: str | None,
+    enabled: bool,
+    clock: ClockMs,
+) -> None:
+    """After publication, the child joins the workspace of its source (or of ``cwd``)."""
+    from . import joining
+
+    request = joining.fork_request(root, source, result.child_id, cwd)
+    if not enabled:
+        joined = joining.skipped([request])
+    else:
+        joined = joining.join(root.path, [request], dry_run=result.dry_run, clock=clock)
+    result.workspace = joined.joins[0]
+    result.warnings += joined.warnings
 
 
 # -- the boundary ---------------------------------------------------------------------------

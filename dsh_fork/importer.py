@@ -30,7 +30,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from msgspec import Struct, field
 
@@ -48,6 +48,9 @@ from .model import Facts
 from .reader import SessionLog, read_header, stable_read
 from .records import encode_header, parse_header
 from .workspace import rebase_cwd
+
+if TYPE_CHECKING:
+    from .joining import WorkspaceJoin
 
 Status = Literal["planned", "created", "present", "skipped"]
 _ID_NAMESPACE = uuid.UUID("6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f")
@@ -67,6 +70,8 @@ class ImportItem(Struct):
     reason: str | None = None
     catalogued: list[str] = field(default_factory=list)
     """New children this session catalogued in its own range (``new_ids`` only)."""
+    workspace: WorkspaceJoin | None = None
+    """The workspace it joined, or why none; None when it was not imported."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +84,7 @@ class ImportItem(Struct):
             "status": self.status,
             "reason": self.reason,
             "catalogued": self.catalogued,
+            "workspace": None if self.workspace is None else self.workspace.to_json(),
         }
 
 
@@ -144,8 +150,11 @@ def import_bundle(
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
+    workspace: bool = True,
 ) -> ImportResult:
-    """Verify the bundle, plan, and (unless ``dry_run``) publish it into the root."""
+    """Verify the bundle, plan, and (unless ``dry_run``) publish it into the root; then each
+    imported session that is no subagent joins the workspace of its cwd, unless not
+    ``workspace``."""
     archive = expand_home(archive_arg).absolute()
     root = Root(resolve_root(root_option, env))
     if cwd is not None:
@@ -159,12 +168,33 @@ def import_bundle(
         for s in manifest.sessions
         if s.lock_held
     ]
-    if dry_run:
-        return result
-    _publish_all(root, archive, manifest, checked, result, clock)
-    if new_ids:
-        _catalogue(root, result, checked, clock)
+    if not dry_run:
+        _publish_all(root, archive, manifest, checked, result, clock)
+        if new_ids:
+            _catalogue(root, result, checked, clock)
+    _join_workspaces(root, manifest, result, workspace, clock)
     return result
+
+
+def _join_workspaces(
+    root: Root, manifest: Manifest, result: ImportResult, enabled: bool, clock: ClockMs
+) -> None:
+    """Each session imported (or, dry, to import) joins the workspace whose path is its
+    ``realpath(cwd)`` (dsh-world §1.4.3): one registry edit for the whole bundle."""
+    from . import joining
+
+    origins = {s.id: s.origin for s in manifest.sessions}
+    items = [i for i in result.items if i.status != "skipped"]
+    requests = [
+        joining.Request(i.id, i.cwd, subagent=origins.get(i.source) == "subagent") for i in items
+    ]
+    if not enabled:
+        joined = joining.skipped(requests)
+    else:
+        joined = joining.join(root.path, requests, dry_run=result.dry_run, clock=clock)
+    for item, join in zip(items, joined.joins, strict=True):
+        item.workspace = join
+    result.warnings += joined.warnings
 
 
 # -- pass 1: verification ---------------------------------------------------------------------

@@ -68,10 +68,11 @@ def fork(
     turn: int | None = None,
     cwd: str | None = None,
     drop_inbox: bool = False,
+    workspace: bool = True,
 ) -> ForkResult:
     """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both;
     ``cwd`` moves the child into another workspace, ``drop_inbox`` cancels its inherited
-    queued input."""
+    queued input, ``workspace=False`` leaves the registry alone."""
     from .fork import fork_session
 
     return fork_session(
@@ -86,6 +87,7 @@ def fork(
         oplog_path=ctx.oplog,
         cwd=cwd,
         drop_inbox=drop_inbox,
+        workspace=workspace,
     )
 
 
@@ -97,13 +99,26 @@ def export(ctx: Context, session: str, output: str, *, forks: bool) -> ExportRes
 
 
 def import_bundle(
-    ctx: Context, archive: str, *, new_ids: bool, cwd: str | None, dry_run: bool
+    ctx: Context,
+    archive: str,
+    *,
+    new_ids: bool,
+    cwd: str | None,
+    dry_run: bool,
+    workspace: bool = True,
 ) -> ImportResult:
-    """``import``: verify an archive, then publish its sessions into the root."""
+    """``import``: verify an archive, then publish its sessions into the root (and their
+    workspaces, unless ``workspace`` is false)."""
     from .importer import import_bundle as run_import
 
     return run_import(
-        archive, ctx.root_option, new_ids=new_ids, cwd=cwd, dry_run=dry_run, env=ctx.env
+        archive,
+        ctx.root_option,
+        new_ids=new_ids,
+        cwd=cwd,
+        dry_run=dry_run,
+        env=ctx.env,
+        workspace=workspace,
     )
 
 

@@ -138,6 +138,7 @@ def test_fork_at_the_last_turn_copies_every_line_and_appends_the_marker(
         "dryRun": False,
         "framesCopied": 3,
         "framesReencoded": 0,
+        "workspace": no_registry(root, "child"),
     }
     assert probe(child_log.parent) == "free"
 
@@ -646,6 +647,22 @@ def test_a_torn_tail_is_left_out_with_a_warning(root: Path, clock: Clock) -> Non
 # -- dry run and output -------------------------------------------------------------------------
 
 
+def no_registry(root: Path, child: str | None) -> dict[str, Any]:
+    """The workspace part of a fork's result in a home without a registry (docs/workspaces.md)."""
+    registry = root.parent / "storages" / "workspace.json"
+    reason = f"no workspace registry at {registry} (DSH sorts sessions into workspaces on its "
+    reason += "first start)"
+    return {
+        "session": child,
+        "status": "skipped",
+        "workspace": None,
+        "title": None,
+        "path": None,
+        "reason": reason,
+        "archived": False,
+    }
+
+
 def test_dry_run_writes_nothing_and_names_the_plan(root: Path, clock: Clock) -> None:
     three_turns(clock).publish(root)
     before = tree_listing(root)
@@ -661,6 +678,7 @@ def test_dry_run_writes_nothing_and_names_the_plan(root: Path, clock: Clock) -> 
         "  frames: 2 copied verbatim, 0 re-encoded",
         "  agent preset: -",
         "  agents: not copied (--no-agents)",
+        f"  workspace: skipped: {no_registry(root, None)['reason']}",
         "Nothing was written.",
     ]
 
@@ -692,6 +710,7 @@ def test_dry_run_json_with_a_given_id(root: Path, clock: Clock) -> None:
         "dryRun": True,
         "framesCopied": 3,
         "framesReencoded": 0,
+        "workspace": no_registry(root, "planned"),
     }
 
 
@@ -722,7 +741,10 @@ def test_human_output_of_a_fork(root: Path, clock: Clock) -> None:
         "  agent preset: code",
     ]
     assert lines[5] == f"  created: {iso_ms(created)} ({created})"
-    assert lines[6:] == ["  agents: not copied (--no-agents)"]
+    assert lines[6:] == [
+        "  agents: not copied (--no-agents)",
+        f"  workspace: skipped: {no_registry(root, 'child')['reason']}",
+    ]
     assert result.stderr == ""
 
 

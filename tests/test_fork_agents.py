@@ -262,7 +262,8 @@ def test_human_output_of_a_fork_with_agents(root: Path) -> None:
     (copy,) = [e.id for e in Root(root).children_of("child")]
     lines = result.stdout.splitlines()
     assert "  agents: copied 1, skipped 0, unrelated 0, uncatalogable 0, failed 0" in lines
-    assert lines[-1] == f"  copied {source_child} as {copy} (depth 1)"
+    assert lines[-2] == f"  copied {source_child} as {copy} (depth 1)"
+    assert lines[-1].startswith("  workspace: skipped: no workspace registry at ")
 
 
 def test_a_running_child_is_skipped_and_the_fork_succeeds(

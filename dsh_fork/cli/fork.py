@@ -69,6 +69,11 @@ def fork_command(
         "--drop-inherited-inbox",
         help="Cancel the queued input the child inherits, so it is never delivered.",
     ),
+    no_workspace: bool = typer.Option(
+        False,
+        "--no-workspace",
+        help="Leave DSH's workspace registry alone (the child shows as Ungrouped).",
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -106,6 +111,7 @@ def fork_command(
             dry_run=dry_run,
             cwd=None if cwd is None else absolute_dir(cwd),
             drop_inbox=drop_inbox,
+            workspace=not no_workspace,
         ),
         where=ctx.root,
     )
@@ -140,6 +146,8 @@ def _render(out: Out, result: ForkResult) -> None:
         for item in result.agents.copied:
             copy = f" as {item['copy']}" if item.get("copy") else ""
             rows.append(("", f"{verb} {item.get('source')}{copy} (depth {item.get('depth')})"))
+    if result.workspace is not None:
+        rows.append(("workspace", result.workspace.text()))
     if out.rich:
         _rich(out, title, rows)
     else:

@@ -29,6 +29,11 @@ def import_command(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Verify the archive and show what would be created."
     ),
+    no_workspace: bool = typer.Option(
+        False,
+        "--no-workspace",
+        help="Leave DSH's workspace registry alone (the sessions show as Ungrouped).",
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -50,7 +55,14 @@ def import_command(
     moved = None if cwd is None else absolute_dir(cwd)
     result = run(
         out,
-        lambda: porcelain.import_bundle(ctx, archive, new_ids=new_ids, cwd=moved, dry_run=dry_run),
+        lambda: porcelain.import_bundle(
+            ctx,
+            archive,
+            new_ids=new_ids,
+            cwd=moved,
+            dry_run=dry_run,
+            workspace=not no_workspace,
+        ),
         where=ctx.root,
     )
     emit(out, result, _render)
@@ -77,6 +89,9 @@ def _render(out: Out, result: ImportResult) -> None:
             for i in result.items
         ],
     )
+    for item in result.items:
+        if item.workspace is not None and item.workspace.status != "skipped":
+            out.line(f"  workspace of {item.id}: {item.workspace.text()}")
     catalogued = sum(len(i.catalogued) for i in result.items)
     if catalogued:
         out.line(f"  catalogued {catalogued} new children in their parents' own range")
