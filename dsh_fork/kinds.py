@@ -1,4 +1,4 @@
-"""A session's kind from its header: the one rule by which every command names kinds.
+"""A session's kind: the one rule by which every command names kinds.
 
 Format §1 and semantics §2: a fork child is seeded, names a parent and has no ``origin``; a
 subagent child has ``origin: "subagent"`` and names the parent that spawned it; a copy is a
@@ -7,23 +7,191 @@ seeded subagent child. What names a parent but is neither (an unseeded session w
 not take it for a fork (it has no inherited prefix) nor for a subagent (header-based child
 listing and the catalog backfill skip it). A session that names no parent is a ``root``
 whatever its ``origin`` says: no parent can list it as a child.
+
+The header alone cannot tell a user fork from a delegation child that lacks ``origin``
+(dsh-world §4, semantics §11): DSH itself tells them apart by ``origin`` or by live ownership,
+which is never saved. So a session the header calls ``fork`` or ``linked`` is settled by what
+the logs say (``KindRule``): when its parent's log catalogues its id, or it has a
+``subagent/descriptor`` in its own range, it is a delegation child — a ``subagent`` — and every
+command treats it as one (relink never copies a tree under it, doctor never asks for one). An
+unseeded session with such evidence is a delegation child too: the rule of dsh-world §4 does not
+ask for a seed, and a session its parent catalogues is listed in that parent's panel.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, NamedTuple
 
+from .discovery import Root, SessionEntry
+from .errors import DshForkError
+from .model import Facts, derive
+from .reader import open_log
 from .records import Header
 
 HeaderKind = Literal["root", "fork", "subagent", "copy", "linked"]
 HEADER_KINDS: tuple[HeaderKind, ...] = ("root", "fork", "subagent", "copy", "linked")
 
+EVIDENCE_TYPES = ("session/end-seed", "subagent/descriptor", "subagent/catalog")
+"""What a log is read for to settle a kind: its cut (marker), own descriptors, catalog."""
+
+Delegation = Literal["origin", "catalogued", "descriptor"]
+"""Why a session is a delegation child: its ``origin``, its parent's catalog, its descriptor."""
+
+DELEGATION_WHY: dict[Delegation, str] = {
+    "origin": 'its header says origin "subagent"',
+    "catalogued": "its parent's log catalogues it",
+    "descriptor": "it has its own subagent/descriptor",
+}
+
 
 def header_kind(header: Header) -> HeaderKind:
     """The kind a validated header says; a seeded subagent is a ``copy`` (``tree`` then calls
-    one that matches no original a ``seeded-subagent``)."""
+    one that matches no original a ``seeded-subagent``). ``fork`` and ``linked`` are what the
+    header says; ``KindRule`` settles whether the logs make them a delegation child."""
     if header.parent_session is None:
         return "root"
     if header.origin == "subagent":
         return "copy" if header.is_seeded else "subagent"
     return "fork" if header.is_seeded else "linked"
+
+
+def unsettled(kind: str | None) -> bool:
+    """Whether the logs may still make a session of this header kind a delegation child."""
+    return kind in ("fork", "linked")
+
+
+class Evidence(NamedTuple):
+    """What one log says for the rule: whether it has an own-range descriptor, and the ids
+    its catalog names (any ``subagent/catalog`` fact of the log)."""
+
+    own_descriptor: bool
+    catalogued: frozenset[str]
+
+    @classmethod
+    def of(cls, facts: Facts) -> Evidence:
+        ids = frozenset(e.child_id for e in facts.catalog if e.child_id is not None)
+        return cls(bool(facts.own_descriptors()), ids or _NONE)
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def delegation(
+    header: Header, *, own_descriptor: bool, catalogued_by_parent: bool
+) -> Delegation | None:
+    """The rule of dsh-world §4 for a session naming a parent: why it is a delegation child,
+    or None (then, seeded, it is a user fork). A session naming no parent is neither."""
+    if header.parent_session is None:
+        return None
+    if header.origin == "subagent":
+        return "origin"
+    if catalogued_by_parent:
+        return "catalogued"
+    if own_descriptor:
+        return "descriptor"
+    return None
+
+
+def settled_kind(header: Header, why: Delegation | None) -> HeaderKind:
+    """The header's kind, with a fork or linked session that ``delegation`` named a
+    delegation child called what it is: a ``subagent``."""
+    kind = header_kind(header)
+    return "subagent" if why is not None and unsettled(kind) else kind
+
+
+Reader = Callable[[SessionEntry], "Evidence | None"]
+
+
+def read_evidence(entry: SessionEntry) -> Evidence | None:
+    """A log read for ``EVIDENCE_TYPES`` only; None when it cannot be read (its kind is then
+    the header's, and the command that needs the log reports it)."""
+    generation = entry.generation
+    if generation is None or entry.header is None:
+        return None
+    try:
+        log = open_log(generation, collect=EVIDENCE_TYPES)
+    except (DshForkError, OSError):
+        return None
+    return Evidence.of(derive(log.header, log.event_count, log.collected))
+
+
+class KindRule:
+    """Settles the kinds of one root's sessions, reading each log it needs at most once.
+
+    Only a session the header calls ``fork`` or ``linked`` is settled, from its own log (own
+    descriptor) and its parent's (catalog); every other kind is the header's. A command that
+    has already read a log hands what it found down with ``learn`` (``tree`` reads a family's
+    logs parents first, ``doctor`` validates every log), so no log is read twice for the rule.
+    """
+
+    def __init__(self, root: Root, *, read: Reader = read_evidence) -> None:
+        self.root = root
+        self._read = read
+        self._evidence: dict[str, Evidence | None] = {}
+        self._why: dict[str, Delegation | None] = {}
+
+    def learn(self, session_id: str, facts: Facts | Evidence | None) -> None:
+        """What a log the caller read says (None: it could not be read)."""
+        if session_id in self._evidence:
+            return
+        if isinstance(facts, Facts):
+            facts = Evidence.of(facts)
+        self._evidence[session_id] = facts
+
+    def evidence(self, entry: SessionEntry) -> Evidence | None:
+        session_id = entry.id
+        if session_id is None:
+            return None
+        if session_id not in self._evidence:
+            self._evidence[session_id] = self._read(entry)
+        return self._evidence[session_id]
+
+    def why(self, entry: SessionEntry) -> Delegation | None:
+        """Why the session is a delegation child, or None."""
+        header = entry.header
+        if header is None or header.parent_session is None:
+            return None
+        if header.origin == "subagent":
+            return "origin"
+        session_id = header.id
+        if session_id in self._why:
+            return self._why[session_id]
+        own = self.evidence(entry)
+        parent = self.root.entry(header.parent_session)
+        above = None if parent is None else self.evidence(parent)
+        why = delegation(
+            header,
+            own_descriptor=own is not None and own.own_descriptor,
+            catalogued_by_parent=above is not None and session_id in above.catalogued,
+        )
+        self._why[session_id] = why
+        return why
+
+    def kind(self, entry: SessionEntry) -> HeaderKind | None:
+        """The settled kind; None when the header cannot be validated."""
+        header = entry.header
+        if header is None:
+            return None
+        kind = header_kind(header)
+        if not unsettled(kind):
+            return kind
+        return settled_kind(header, self.why(entry))
+
+    def is_user_fork(self, entry: SessionEntry) -> bool:
+        """A seeded session with ``parentSession``, no ``origin`` and no delegation evidence."""
+        header = entry.header
+        return header is not None and header.is_fork_child and self.why(entry) is None
+
+    def fork_children(self) -> list[SessionEntry]:
+        """The root's user forks, in (createdAt, id) order."""
+        return [entry for entry in self.root.fork_children() if self.is_user_fork(entry)]
+
+    def delegated(self) -> list[tuple[SessionEntry, Delegation]]:
+        """The sessions whose header says fork but that are delegation children, and why."""
+        out: list[tuple[SessionEntry, Delegation]] = []
+        for entry in self.root.fork_children():
+            why = self.why(entry)
+            if why is not None:
+                out.append((entry, why))
+        return out

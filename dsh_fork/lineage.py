@@ -24,7 +24,7 @@ from .collector import paused_gc
 from .discovery import Located, Root, SessionEntry
 from .errors import DshForkError
 from .generations import Generation
-from .kinds import header_kind
+from .kinds import KindRule, header_kind, settled_kind, unsettled
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
@@ -51,8 +51,10 @@ FACT_TYPES = (
     "session/end-seed",
     "session/title",
     "subagent/descriptor",
+    "subagent/catalog",
 )
-"""What a node's facts are folded from: a filtered read of its log (only these are parsed)."""
+"""What a node's facts are folded from: a filtered read of its log (only these are parsed);
+the catalog and descriptors also settle the kind of a fork-like child (``kinds.KindRule``)."""
 
 PARENT_MISSING = "parent missing"
 SELF_PARENT = "self-parent"
@@ -354,14 +356,19 @@ class _Reader:
     """Opens each log of a family at most once: facts for the node, the log kept only for
     subagents and copies (provenance compares their prefixes) until the family is done."""
 
-    def __init__(self, *, everyone: bool, hook: LogHook | None) -> None:
+    def __init__(self, *, everyone: bool, hook: LogHook | None, kinds: KindRule) -> None:
         self.everyone = everyone
         self.hook = hook
+        self.kinds = kinds
         self.kept: dict[str, Logged | None] = {}
         self.done: set[str] = set()
 
     def wanted(self, node: Node) -> bool:
-        return node.is_seeded or (self.everyone and not _is_lonely(node))
+        """Seeded nodes (their cut), every node with relatives with ``everyone``, and the
+        parents of fork-like children (their catalog settles the children's kind)."""
+        if node.is_seeded or (self.everyone and not _is_lonely(node)):
+            return True
+        return any(unsettled(child.kind) for child in node.children)
 
     def open(self, node: Node, *, keep: bool = False) -> Logged | None:
         """The node's log and facts (read once); ``keep`` holds it for provenance."""
@@ -385,13 +392,16 @@ class _Reader:
         except DshForkError as exc:
             node.error = exc.message
             node.flags.append("unreadable log")
+            self.kinds.learn(node.id, None)
             return None
         except OSError as exc:
             node.error = f"{generation.path}: unreadable ({exc.strerror})"
             node.flags.append("unreadable log")
+            self.kinds.learn(node.id, None)
             return None
         facts = derive(log.header, log.event_count, log.collected)
         facts.torn = log.torn
+        self.kinds.learn(node.id, facts)  # handed down: the rule reads no log twice
         if node.path not in self.done:
             _apply(node, facts)
             if self.hook is not None:
@@ -412,6 +422,8 @@ class _Reader:
             queue.extend(node.children)
             if self.wanted(node):
                 self.open(node, keep=node.kind in ("subagent", "copy"))
+            if unsettled(node.kind) and node.entry.header is not None:
+                node.kind = settled_kind(node.entry.header, self.kinds.why(node.entry))
             copies = [c for c in node.children if c.kind == "copy"]
             if copies:
                 self._match(node, copies, index)
@@ -453,10 +465,13 @@ def _apply(node: Node, facts: Facts) -> None:
         node.cut_turn = sum(1 for seq in ends if seq < cut)
 
 
-def _enrich(tops: list[Node], *, everyone: bool, hook: LogHook | None = None) -> None:
-    """Read the facts of seeded nodes (and, with ``everyone``, of every node with relatives)
-    and match each seeded subagent to the session it was copied from, family by family."""
-    reader = _Reader(everyone=everyone, hook=hook)
+def _enrich(
+    tops: list[Node], kinds: KindRule, *, everyone: bool, hook: LogHook | None = None
+) -> None:
+    """Read the facts of seeded nodes (and, with ``everyone``, of every node with relatives),
+    settle the kind of every fork-like node (a delegation child is a subagent) and match each
+    seeded subagent to the session it was copied from, family by family."""
+    reader = _Reader(everyone=everyone, hook=hook, kinds=kinds)
     for top in tops:
         if not top.children and not reader.wanted(top):  # no relatives and no log to read
             continue
@@ -512,7 +527,7 @@ def lineage(
         if session_dir is not None:
             family = family_of(tops, session_dir)
             tops = [] if family is None else [family]
-        _enrich(tops, everyone=detail, hook=hook)
+        _enrich(tops, KindRule(root), everyone=detail, hook=hook)
     result = Lineage(root.path, session, tops)
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")

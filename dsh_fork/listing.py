@@ -15,7 +15,7 @@ from msgspec import Struct, field
 
 from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
-from .kinds import HEADER_KINDS, HeaderKind, header_kind
+from .kinds import HEADER_KINDS, HeaderKind, KindRule, header_kind
 from .layout import is_absolute_cwd, project_key
 from .leanlog import ROW_TYPES, glance
 from .model import derive
@@ -88,12 +88,15 @@ class SessionList(Struct):
         }
 
 
-def kind_of(entry: SessionEntry) -> HeaderKind | None:
-    """The kind its header says (``kinds.header_kind``, the rule ``tree`` and ``du`` use too);
-    None when the header cannot be validated: its raw fields prove nothing (``tree`` calls
-    such a session ``unreadable``)."""
+def kind_of(entry: SessionEntry, rule: KindRule | None = None) -> HeaderKind | None:
+    """The kind by the one rule ``tree`` and ``du`` use too (``kinds``: a fork-like session
+    its parent catalogues, or with its own descriptor, is a subagent); None when the header
+    cannot be validated: its raw fields prove nothing (``tree`` calls such a session
+    ``unreadable``). Without ``rule``, the header's kind."""
     header = entry.header
-    return None if header is None else header_kind(header)
+    if header is None:
+        return None
+    return header_kind(header) if rule is None else rule.kind(entry)
 
 
 def _matches_project(entry: SessionEntry, project: str) -> bool:
@@ -131,10 +134,11 @@ def list_sessions(
     entries = root.entries(glance=project is None and not kinds and since is None)
     rows: list[SessionRow] = []
     warnings: list[str] = []
+    rule = KindRule(root)
     for entry in entries:
         if project is not None and not _matches_project(entry, project):
             continue
-        kind = kind_of(entry)
+        kind = kind_of(entry, rule)
         if kinds and kind not in kinds:
             continue
         last = None
