@@ -44,3 +44,9 @@ def safe_text(text: str, limit: int = MAX_LINE_CHARS) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """``1 item``, ``2 items``, ``0 items``: a count with its noun in the right number
+    (``plural`` when adding an ``s`` is wrong: ``fork children``)."""
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"

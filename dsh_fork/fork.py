@@ -37,6 +37,7 @@ from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
 from .model import TURN_TYPES, Facts, OpenTurnInfo, derive
+from .oplog import NO_AGENTS, OpLog
 from .reader import SessionLog, open_log
 from .times import iso_ms
 from .workspace import moved_workspace
@@ -213,6 +214,10 @@ def fork(
     plan.cwd = child_cwd  # --cwd: the child's workspace; its events stay byte for byte
     published = seeded.write(root, plan, log, keep_lock=agents)
     result.path = published.path
+    if not agents:  # a fork without its tree on purpose: doctor and relink --all respect it
+        OpLog(oplog_path, clock=clock, warn=result.warnings.append).write(
+            NO_AGENTS, {"forkChild": child_id, "source": log.header.id}
+        )
     if agents:
         from .relink import fork_point
 

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from .errors import IoError
 from .fsdir import open_regular
 from .ids import ClockMs, now_ms
@@ -26,7 +28,18 @@ PROGRESS = "copy progress"
 CHILD_FAILED = "child copy failed"
 CATALOGUED = "catalogued existing copies"
 COPIED = "copied subagent tree"
+SKIPPED_RUNNING = "skipped running child"
+"""A child left alone because a live process holds its lock (a later run picks it up)."""
+UNRESUMABLE = "copy is not resumable"
+"""A written copy that failed the check made by reading it back (``resumable.check``)."""
+NO_AGENTS = "forked without subagents"
+"""A fork made with ``--no-agents``: a fork without its tree on purpose, which ``doctor``
+and ``relink --all`` leave alone unless it is named."""
 PROGRESS_EVERY = 10
+
+SCAN_MAX = 16 << 20
+"""Bytes of the operation log read for ``forks_without_agents``: the newest part (a log grows
+without end; the records sought are small and a fork's is written once)."""
 
 
 def iso_ms(ms: int) -> str:
@@ -77,3 +90,53 @@ class OpLog:
             self._failed = True
             if self.warn is not None:
                 self.warn(f"cannot write the operation log {self.path}: {exc.strerror or exc}")
+
+
+def forks_without_agents(path: Path | None) -> frozenset[str]:
+    """The fork children the operation log says were made with ``--no-agents``.
+
+    Read without following a link or blocking on a FIFO, as the log is written; a log that
+    is missing or cannot be read names none (the forks are then treated as any other). Only
+    the lines holding the record's message are parsed, so a long log costs a scan.
+    """
+    if path is None:
+        return frozenset()
+    try:
+        fd = open_regular(path)
+    except (IoError, OSError):
+        return frozenset()
+    needle = NO_AGENTS.encode()
+    found: set[str] = set()
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - SCAN_MAX)
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            stream.seek(start)
+            if start:
+                stream.readline()  # a partial first line
+            for line in stream:
+                if needle not in line:
+                    continue
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                child = _no_agents_child(record)
+                if child is not None:
+                    found.add(child)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return frozenset(found)
+
+
+def _no_agents_child(record: Any) -> str | None:
+    """The fork child a ``forked without subagents`` record names (not a dry run's)."""
+    if not isinstance(record, dict) or record.get("message") != NO_AGENTS:
+        return None
+    data = record.get("data")
+    if not isinstance(data, dict) or data.get("dryRun"):
+        return None
+    child = data.get("forkChild")
+    return child if isinstance(child, str) else None

@@ -28,6 +28,7 @@ from . import layout, seeded, writer
 from . import oplog as messages
 from .catalog import fact_from_descriptor
 from .discovery import Root, SessionEntry, locate
+from .display import counted
 from .errors import (
     CorruptLog,
     DshForkError,
@@ -40,6 +41,7 @@ from .errors import (
 )
 from .generations import SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
+from .kinds import DELEGATION_WHY, KindRule
 from .locking import SessionLock, running
 from .model import TURN_TYPES, Facts, facts_of
 from .oplog import OpLog
@@ -49,6 +51,22 @@ from .records import Event, dumps_record, held, parse_line
 from .workspace import Workspace, moved_workspace, rebase_cwd
 
 LINEAGE_CYCLE = "lineage cycle"
+RERUN_CODES = frozenset(
+    ("SESSION_LOCKED", "SESSION_STALE", "SESSION_NOT_FOUND", "IO_ERROR", "UNRESUMABLE")
+)
+"""Failures a later run may not meet again (a lock released, a session that stopped
+changing, a transient I/O error, a copy's catalog fact or descriptor a rerun repairs). A
+corrupt log, a generation below v4 (DSH must open it first) or a descriptor that makes no
+catalog fact fail the same way on every run: no "Next:" is offered for them alone."""
+
+
+def rerun_helps(items: list[dict[str, Any]]) -> bool:
+    """Whether running the same command again can finish any of these failed items."""
+    return any(item.get("code") in RERUN_CODES for item in items)
+
+
+NO_AGENTS_REASON = "no-agents"
+"""Why ``relink --all`` leaves a fork alone: it was made with ``fork --no-agents``."""
 
 # -- the fork point ---------------------------------------------------------------------------
 
@@ -218,10 +236,10 @@ class RelinkSummary(Struct):
         total = len(self.copied) + len(self.skipped) + len(self.failed)
         total += len(self.uncatalogable)
         rerun = None
-        if self.failed and self.fork_child is not None and not self.dry_run:
+        if rerun_helps(problems) and self.fork_child is not None and not self.dry_run:
             rerun = f"dsh-fork relink {shlex.quote(self.fork_child)}"  # finishes what failed
         return Partial(
-            f"{len(problems)} of {max(total, len(problems))} items failed",
+            f"{len(problems)} of {counted(max(total, len(problems)), 'item')} failed",
             problems,
             self.to_json(),
             next_command=rerun,
@@ -234,26 +252,47 @@ class RelinkAllResult(Struct):
     results: list[RelinkSummary]
     failed: list[dict[str, Any]]
     forks: int = 0
+    dry_run: bool = False
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    """Fork children left alone on purpose: ``{forkChild, reason}`` (``no-agents``)."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings of the whole run (sessions that cannot be read and no fork's tree names)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"results": [r.to_json() for r in self.results], "failed": self.failed}
+        return {
+            "results": [r.to_json() for r in self.results],
+            "failed": self.failed,
+            "skipped": self.skipped,
+        }
 
     @property
     def warnings(self) -> list[str]:
         """Each fork child's warnings, prefixed with its id."""
-        return [f"{r.fork_child}: {w}" for r in self.results for w in r.warnings]
+        return self.notes + [f"{r.fork_child}: {w}" for r in self.results for w in r.warnings]
 
     def partial(self) -> Partial | None:
+        """PARTIAL (exit 10) naming every failed item, where it failed (in which fork
+        children, or outside any: a session of the root that cannot be read), and
+        ``relink --all`` as the next step only when a rerun can finish something."""
         if not self.failed:
             return None
-        failing = len({item["forkChild"] for item in self.failed})
-        fixable = any(item["code"] != "UNCATALOGABLE" for item in self.failed)
-        dry_run = any(r.dry_run for r in self.results)
+        forks = {item["forkChild"] for item in self.failed if item["forkChild"] is not None}
+        outside = sum(1 for item in self.failed if item["forkChild"] is None)
+        inside = len(self.failed) - outside
+        of_forks = f"in {len(forks)} of {counted(self.forks, 'fork child', 'fork children')}"
+        failed = counted(len(self.failed), "item")
+        if not outside:
+            message = f"{failed} failed {of_forks}"
+        elif not inside:
+            message = f"{failed} failed outside any fork child"
+        else:
+            message = f"{failed} failed: {inside} {of_forks}, {outside} outside any fork child"
+        rerun = rerun_helps(self.failed) and not self.dry_run
         return Partial(
-            f"{len(self.failed)} items failed in {failing} of {self.forks} fork children",
+            message,
             self.failed,
             self.to_json(),
-            next_command="dsh-fork relink --all" if fixable and not dry_run else None,
+            next_command="dsh-fork relink --all" if rerun else None,
         )
 
 
@@ -495,6 +534,9 @@ class _Planner:
         self.held = 0
         """Bytes of verbatim runs the plan holds; past ``HELD_RUNS_MAX`` runs stay in their
         files (``seeded.RunRef``), so the plan's memory is bounded whatever the tree."""
+        self.catalogued: set[str] = set()
+        """Every id a catalog fact on the branch names: the sessions of the tree by name,
+        which tells an unreadable session of the tree from one of the rest of the root."""
 
     def _ranks(self, point: ForkPoint, failures: list[_Fail]) -> list[list[_Member]]:
         """The candidates of every source parent on the chain, with their branch membership.
@@ -534,6 +576,8 @@ class _Planner:
         own_descriptor: Any | None = None,
     ) -> _Level:
         level = _Level(point, own_descriptor=own_descriptor)
+        if point.inherited_catalog_ids:
+            self.catalogued |= point.inherited_catalog_ids
         failures: list[_Fail] = []
         lineages = _lineages(self._ranks(point, failures))
         chosen: list[tuple[_Member, list[_Member]]] = []
@@ -1071,14 +1115,15 @@ class _Walker:
 # -- entry points -----------------------------------------------------------------------------
 
 
-def _fork_chain(root: Root, parent_id: str) -> tuple[str, ...]:
-    """The sessions P inherited from, nearest first: P's parent while P is a fork child, and
-    so on up (semantics §1.5 "Fork chains"); a missing ancestor or a cycle ends the chain."""
+def _fork_chain(root: Root, parent_id: str, kinds: KindRule) -> tuple[str, ...]:
+    """The sessions P inherited from, nearest first: P's parent while P is a user fork, and
+    so on up (semantics §1.5 "Fork chains"); a missing ancestor, a cycle or a delegation
+    child (``kinds``: its subagents are its own, not its parent's) ends the chain."""
     chain: list[str] = []
     seen = {parent_id}
     entry = root.entry(parent_id)
-    while entry is not None and entry.header is not None and entry.header.is_fork_child:
-        above = entry.header.parent_session
+    while entry is not None and kinds.is_user_fork(entry):
+        above = entry.parent
         if above is None or above in seen:
             break
         chain.append(above)
@@ -1108,28 +1153,32 @@ def _refresh(root: Root) -> list[Path]:
     return left
 
 
-def unreadable_sessions(
-    root: Root, *, fork_children: bool = False, unlisted: list[Path] | None = None
-) -> list[dict[str, Any]]:
+def _unreadable_item(entry: SessionEntry) -> dict[str, Any]:
+    error = entry.error or CorruptLog(f"{entry.session_dir}: unreadable header")
+    return {"id": entry.id or entry.session_dir.name, "code": error.code, "message": str(error)}
+
+
+def unreadable_forks(root: Root) -> list[dict[str, Any]]:
+    """Fork children whose header is refused (its raw fields name a parent, no origin):
+    relink --all cannot relink them, each is a failed item."""
+    items: list[dict[str, Any]] = []
+    for entry in root.unreadable():
+        raw = entry.raw_fields
+        if raw is not None and raw.get("parentSession") is not None and raw.get("origin") is None:
+            items.append(_unreadable_item(entry))
+    return items
+
+
+def unreadable_sessions(root: Root, *, unlisted: list[Path] | None = None) -> list[dict[str, Any]]:
     """Session dirs whose lineage cannot be read (an unlistable dir, a header that cannot be
-    read at all): any of them may be a child relink should copy, so each is a failed item.
-    With ``fork_children`` also the fork children whose header is refused (relink --all).
-    ``unlisted``: the dirs ``_refresh`` left unlisted, so the root is not walked again."""
+    read at all): any of them may be part of a fork's tree (``_plan`` decides by the tree's
+    catalog facts). ``unlisted``: the dirs ``_refresh`` left unlisted, so the root is not
+    walked again."""
     items: list[dict[str, Any]] = []
     known = root.listed_texts()
     for entry in root.unreadable():
-        raw = entry.raw_fields
-        fork_like = raw is not None and raw.get("parentSession") is not None
-        fork_like = fork_like and raw is not None and raw.get("origin") is None
-        if raw is None or (fork_children and fork_like):
-            error = entry.error or CorruptLog(f"{entry.session_dir}: unreadable header")
-            items.append(
-                {
-                    "id": entry.id or entry.session_dir.name,
-                    "code": error.code,
-                    "message": str(error),
-                }
-            )
+        if entry.raw_fields is None:
+            items.append(_unreadable_item(entry))
     for session_dir in root.candidate_dirs() if unlisted is None else unlisted:
         if str(session_dir) in known:
             continue
@@ -1201,20 +1250,44 @@ def _counted(level: _Level) -> tuple[int, int]:
 
 
 def _plan(
-    root: Root, point: ForkPoint, existing: list[_Opened], own: set[str]
+    root: Root,
+    point: ForkPoint,
+    existing: list[_Opened],
+    own: set[str],
+    summary: RelinkSummary,
+    unreadable: list[dict[str, Any]],
+    *,
+    kinds: KindRule | None = None,
+    warn_unclaimed: bool = True,
 ) -> tuple[ForkPoint, _Level]:
-    """The whole tree's plan under a fork child whose fork point is ``point``."""
-    point = point.with_chain(_fork_chain(root, point.parent_id))
+    """The whole tree's plan under a fork child whose fork point is ``point``.
+
+    ``unreadable``: sessions of the root whose header cannot be read at all (so whose parent
+    is unknown). One that a catalog fact on the branch names is part of the fork's tree: a
+    failed item. A dir that cannot be listed (IO_ERROR) may hide any of the tree: a failed
+    item too, which a rerun finishes once it can be read. Any other is not known to be part of
+    the tree: a warning (``warn_unclaimed``), not a failure, so a damaged session elsewhere
+    in the root does not make every relink PARTIAL (and no rerun could read it).
+    """
+    point = point.with_chain(_fork_chain(root, point.parent_id, kinds or KindRule(root)))
     planner = _Planner(root)
     planner.visited.update((point.parent_id, *point.chain))
-    return point, planner.level(point, existing, own)
+    level = planner.level(point, existing, own)
+    for item in unreadable:
+        if item["id"] in planner.catalogued or item["code"] == IoError.code:
+            summary.failed.append(item)
+        elif warn_unclaimed:
+            summary.warnings.append(
+                f"{item['id']} cannot be read ({item['message']}); no catalog fact of this "
+                "fork's tree names it, so it is left out"
+            )
+    return point, level
 
 
 def plan_new_fork(root: Root, point: ForkPoint) -> RelinkSummary:
     """The dry-run plan for a fork child that does not exist yet (no existing copies)."""
     summary = RelinkSummary(None, point.parent_id, dry_run=True)
-    summary.failed.extend(unreadable_sessions(root))
-    point, level = _plan(root, point, [], set())
+    point, level = _plan(root, point, [], set(), summary, unreadable_sessions(root))
     _run(
         root,
         level,
@@ -1246,9 +1319,9 @@ def relink_new_child(
     summary = RelinkSummary(child_id, point.parent_id, False)
     log = OpLog(oplog_path, clock=clock, warn=summary.warnings.append)
     summary.unlisted = _refresh(root)
-    summary.failed.extend(unreadable_sessions(root, unlisted=summary.unlisted))
+    unreadable = unreadable_sessions(root, unlisted=summary.unlisted)
     existing = [_open(e) for e in root.children_of(child_id)]
-    point, level = _plan(root, point, existing, set())
+    point, level = _plan(root, point, existing, set(), summary, unreadable)
     _run(
         root,
         level,
@@ -1272,15 +1345,18 @@ def relink(
     oplog_path: Path | None = None,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
-    report_unreadable: bool = True,
+    unreadable: list[dict[str, Any]] | None = None,
+    kinds: KindRule | None = None,
 ) -> RelinkSummary:
     """Copy the subagent trees of C's fork chain under the fork child C (semantics §4).
 
     With ``lock`` the caller already holds C's lock; otherwise C's lock is taken for the
     whole run, or only probed in a dry run. Precondition failures raise their typed error;
     item failures are reported in the summary (see ``RelinkSummary.partial``).
-    ``report_unreadable`` names the root's unreadable sessions in this summary (relink --all
-    names them once for the whole root instead).
+    ``unreadable``: the root's sessions whose header cannot be read, found once by relink
+    --all (which warns of those no fork claims once); by default found here, and each one
+    not part of C's tree is a warning of this summary. ``kinds``: the rule that tells C from a
+    delegation child, with what it has read so far (relink --all settles every fork with one).
     """
     generation = current_generation(fork_child_dir)
     if generation is None:
@@ -1292,9 +1368,11 @@ def relink(
             "no origin)",
             session=header.id,
         )
+    root.entries()  # the listing the run needs anyway: the root's encoding is read from it
+    kinds = kinds or KindRule(root)
+    _require_user_fork(root, kinds, header.id, fork_child_dir)
     if generation.version < SUPPORTED_VERSION:
         raise unsupported_below_v4(f"fork child {header.id}", generation.version)
-    root.entries()  # the listing the run needs anyway: the root's encoding is read from it
     root.require_writable()
     acquired: SessionLock | None = None
     if lock is None and not dry_run:
@@ -1304,13 +1382,14 @@ def relink(
             f"{header.id} is in use: its session.lock is held by a live process",
             lockPath=str(fork_child_dir / "session.lock"),
         )
+    warn = unreadable is None
     try:
         summary = RelinkSummary(header.id, header.parent_session, dry_run)
         log = OpLog(oplog_path, dry_run=dry_run, clock=clock, warn=summary.warnings.append)
         c_log, c_facts = _read_fork_child(generation, fork_child_dir, lock, summary)
         summary.unlisted = _refresh(root)  # under C's lock: what a finished run made is listed
-        if report_unreadable:
-            summary.failed.extend(unreadable_sessions(root, unlisted=summary.unlisted))
+        if unreadable is None:
+            unreadable = unreadable_sessions(root, unlisted=summary.unlisted)
         parent_id = c_log.header.parent_session
         assert parent_id is not None
         parent_entry = root.entry(parent_id)
@@ -1324,7 +1403,9 @@ def relink(
         existing = [_open(e) for e in root.children_of(header.id)]
         own = {e.child_id for e in c_facts.own_catalog() if e.child_id is not None}
         del c_log, c_facts  # its catalog holds a fact per agent of its source: not kept
-        point, level = _plan(root, point, existing, own)
+        point, level = _plan(
+            root, point, existing, own, summary, unreadable, kinds=kinds, warn_unclaimed=warn
+        )
         top = _Parent(header.id, fork_child_dir, lock, header.delegation_depth)
         parent_header = None if parent_entry is None else parent_entry.header
         moved = None if parent_header is None else moved_workspace(parent_header.cwd, header.cwd)
@@ -1343,6 +1424,22 @@ def relink(
     finally:
         if acquired is not None:
             acquired.release()
+
+
+def _require_user_fork(root: Root, kinds: KindRule, session_id: str, session_dir: Path) -> None:
+    """A seeded session without ``origin`` that its parent catalogues, or that has its own
+    descriptor, is a delegation child (dsh-world §4): a subagent tree under it is its own,
+    and copying its parent's subagents under it would duplicate them (USAGE, nothing done)."""
+    entry = root.entry(session_id)
+    if entry is None or entry.session_dir != session_dir:
+        entry = next((e for e in root.entries() if e.session_dir == session_dir), None)
+    why = None if entry is None else kinds.why(entry)
+    if why is not None:
+        raise UsageError(
+            f"{session_id} is a delegation child, not a fork child: {DELEGATION_WHY[why]}; "
+            "relink copies subagent trees under user forks only",
+            session=session_id,
+        )
 
 
 def _read_fork_child(
@@ -1375,14 +1472,31 @@ def relink_all(
     new_id: IdFactory = new_session_id,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> RelinkAllResult:
-    """Relink every fork child of the root, in (createdAt, id) order; one failing fork child
-    (locked, below v4, unreadable) is a failed item and does not stop the others."""
-    forks = root.fork_children()
-    result = RelinkAllResult([], [], len(forks))
-    for item in unreadable_sessions(root, fork_children=True):
-        result.failed.append({**item, "forkChild": None})
+    """Relink every user fork of the root, in (createdAt, id) order; one failing fork child
+    (locked, below v4, unreadable) is a failed item and does not stop the others.
+
+    A delegation child whose header looks like a fork's (``kinds.KindRule``) is no fork: its
+    subagents are its own. A fork the operation log says was made with ``--no-agents`` is
+    left alone (``skipped``): it has no tree on purpose; ``relink FORK_CHILD`` still copies it.
+    """
+    kinds = KindRule(root)
+    forks = kinds.fork_children()
+    on_purpose = messages.forks_without_agents(oplog_path)
+    refused = unreadable_forks(root)
+    result = RelinkAllResult([], [], len(forks) + len(refused), dry_run)
+    for item in refused:
+        result.failed.append({**item, "forkChild": item["id"]})
+    unreadable: list[dict[str, Any]] = []
+    for item in unreadable_sessions(root):
+        if item["code"] == IoError.code:  # unlistable: named once, for the whole run
+            result.failed.append({**item, "forkChild": None})
+        else:  # claimed by the fork whose tree names it, else a warning
+            unreadable.append(item)
     for index, entry in enumerate(forks):
         fork_id = entry.id or entry.session_dir.name
+        if fork_id in on_purpose:
+            result.skipped.append({"forkChild": fork_id, "reason": NO_AGENTS_REASON})
+            continue
         if progress is not None:
             progress(index, len(forks), fork_id)
         try:
@@ -1393,7 +1507,8 @@ def relink_all(
                 oplog_path=oplog_path,
                 clock=clock,
                 new_id=new_id,
-                report_unreadable=False,
+                unreadable=unreadable,
+                kinds=kinds,
             )
         except DshForkError as exc:
             result.failed.append(
@@ -1411,6 +1526,13 @@ def relink_all(
             result.failed.append({**item, "forkChild": fork_id})
     if progress is not None:
         progress(len(forks), len(forks), "")
+    claimed = {item["id"] for item in result.failed}
+    for item in unreadable:
+        if item["id"] not in claimed:
+            result.notes.append(
+                f"{item['id']} cannot be read ({item['message']}); no fork's tree names it, "
+                "so relink leaves it out (`dsh-fork doctor` says more)"
+            )
     return result
 
 

@@ -643,7 +643,7 @@ def test_relink_all_goes_on_past_a_locked_fork_child(
     assert [(f["id"], f["code"]) for f in result.failed] == [("session-C", "SESSION_LOCKED")]
     partial = result.partial()
     assert partial is not None and partial.exit_code == 10
-    assert partial.message == "1 items failed in 1 of 2 fork children"
+    assert partial.message == "1 item failed in 1 of 2 fork children"
     assert seen == [(0, 2, "session-C"), (1, 2, "session-C2"), (2, 2, "")]
 
 

@@ -298,7 +298,10 @@ def test_a_killed_relink_all_process_is_finished_by_a_rerun(tmp_path: Path, frac
     assert_clean(root)
 
 
-def test_relink_all_names_a_fork_child_it_cannot_read(root: Path) -> None:
+def test_relink_all_names_a_session_it_cannot_read_and_no_tree_names(root: Path) -> None:
+    """A log whose header cannot be read may have been anything; no catalog fact of any
+    fork's branch names it, so it is a warning naming it, not a failure: no rerun of relink
+    can read it (doctor reports it as an error)."""
     summary = generated(root, forks=2)
     broken, fine = summary.forks
     broken_dir = Root(root).find(broken)
@@ -309,9 +312,33 @@ def test_relink_all_names_a_fork_child_it_cannot_read(root: Path) -> None:
 
     assert [s.fork_child for s in result.results] == [fine]
     assert subagent_tree(root, fine) == subagent_tree(root, summary.top_level[0])
-    assert [(f["id"], f["code"]) for f in result.failed] == [(broken_dir.name, "CORRUPT_LOG")]
+    assert result.failed == [] and result.partial() is None
+    assert len(result.warnings) == 1
+    assert result.warnings[0].startswith(f"{broken_dir.name} cannot be read (")
+    assert "no fork's tree names it" in result.warnings[0]
+
+
+def test_relink_all_fails_on_an_unreadable_subagent_of_a_forks_tree(root: Path) -> None:
+    """A subagent the fork's branch catalogues but whose header cannot be read is part of
+    the tree: a failed item of that fork child (exit 10), with no "Next:" (a rerun cannot
+    read it either)."""
+    summary = generated(root, forks=1)
+    (fork,) = summary.forks
+    parent = Root(root).entry(fork)
+    assert parent is not None and parent.parent is not None
+    child = Root(root).children_of(parent.parent)[0]
+    assert child.id is not None
+    (child.session_dir / "session.v4.jsonl.zstd").write_bytes(b"not a zstd frame at all")
+
+    result = relink_all(Root(root))
+
+    assert [(f["id"], f["code"], f["forkChild"]) for f in result.failed] == [
+        (child.id, "CORRUPT_LOG", fork)
+    ]
     partial = result.partial()
     assert partial is not None and partial.exit_code == 10
+    assert partial.message == "1 item failed in 1 of 1 fork child"
+    assert partial.next_command is None
 
 
 def test_the_plugin_scenario_relinked_then_forked_keeps_all_twelve(root: Path) -> None:

@@ -174,7 +174,7 @@ def test_relink_all_reports_every_fork_child(root: Path, clock: Clock, hold_lock
     as_json = run_cli("relink", "--all", "--root", root, "--dry-run", "--json")
     assert as_json.exit_code == 0
     data = as_json.json()
-    assert list(data) == ["schemaVersion", "results", "failed"]
+    assert list(data) == ["schemaVersion", "results", "failed", "skipped"]
     assert [r["forkChild"] for r in data["results"]] == ["session-C", "fork-Q"]
     assert data["failed"] == []
 
@@ -184,7 +184,7 @@ def test_relink_all_reports_every_fork_child(root: Path, clock: Clock, hold_lock
     assert human.stderr.splitlines() == [
         "Warning: fork-Q: the parent session-Q is missing; branch membership uses fork-Q's "
         "inherited prefix and createdAt only",
-        "Error: 1 items failed in 1 of 2 fork children",
+        "Error: 1 item failed in 1 of 2 fork children",
         "  failed: session-C (SESSION_LOCKED): is in use: its session.lock is held by a live "
         "process; rerun later",
         "Next: run `dsh-fork relink --all`",
@@ -194,7 +194,7 @@ def test_relink_all_reports_every_fork_child(root: Path, clock: Clock, hold_lock
         "relink --all",
         "fork child  copied  catalog repaired  skipped  failed",
         "session-C   0       0                 0        1",
-        "1 fork children had nothing to copy or repair",
+        "1 fork child had nothing to copy or repair",
         "total: 2 fork children; copied 0, catalog repaired 0, skipped 0, failed 1",
     ]
 

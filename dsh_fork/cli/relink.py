@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..display import counted
 from ..errors import UsageError
 from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, root_of, run
 
@@ -43,7 +44,10 @@ def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
         yield update
 
 
-SKIP_REASONS = {"running": "running: a live DSH process holds it; rerun later"}
+SKIP_REASONS = {
+    "running": "running: a live DSH process holds it; rerun later",
+    "open": "open: no completed turn yet",
+}
 
 
 def _render(out: Out, summary: RelinkSummary) -> None:
@@ -121,15 +125,24 @@ def _render_all(out: Out, result: RelinkAllResult) -> None:
     else:
         out.line(f"relink --all{mode}")
     if unchanged:
-        out.line(f"{unchanged} fork children had nothing to copy or repair")
+        forks = counted(unchanged, "fork child", "fork children")
+        out.line(f"{forks} had nothing to copy or repair")
+    if result.skipped:
+        out.line(
+            "left alone (forked with --no-agents; name one to relink it): "
+            + ", ".join(item["forkChild"] for item in result.skipped)
+        )
     copied, repaired, skipped, failed = totals
     verb = "would copy" if dry else "copied"
     out.line(
-        f"total: {result.forks} fork children; {verb} {copied}, catalog repaired {repaired}, "
-        f"skipped {skipped}, failed {failed}"
+        f"total: {counted(result.forks, 'fork child', 'fork children')}; {verb} {copied}, "
+        f"catalog repaired {repaired}, skipped {skipped}, failed {failed}"
     )
-    if skipped:
-        out.line("skipped items are running (held by a live DSH process): rerun later")
+    reasons = {item["reason"] for r in result.results for item in r.skipped}
+    if "running" in reasons:
+        out.line("skipped items that are running (held by a live DSH process): rerun later")
+    if "open" in reasons:
+        out.line("skipped items that are open (no completed turn yet): rerun once they have one")
 
 
 class _Tracker:
