@@ -19,6 +19,8 @@ from msgspec import Struct, field
 from .discovery import Root, SessionEntry, locate
 from .errors import Partial, SessionNotFound, UnsupportedFormat
 from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
+from .kinds import KindRule
+from .layout import oplog_path as default_oplog_path
 from .layout import resolve_root
 from .locking import probe
 from .records import header_version
@@ -254,7 +256,11 @@ def _session_findings(entry: SessionEntry, check: DirCheck) -> list[DoctorFindin
 
 
 def _lineage(
-    root: Root, entry: SessionEntry, check: DirCheck, by_id: dict[str, SessionEntry]
+    root: Root,
+    entry: SessionEntry,
+    check: DirCheck,
+    by_id: dict[str, SessionEntry],
+    kinds: KindRule,
 ) -> list[DoctorFinding]:
     label = _label(entry)
     path = str(entry.generation.path) if entry.generation is not None else None
@@ -295,7 +301,7 @@ def _lineage(
     # (format §10.5.6): only children elsewhere stay out of its panel.
     migrates = check.generation is not None and check.generation.version < SUPPORTED_VERSION
     fix = ""
-    if entry.header is not None and entry.header.is_fork_child:
+    if kinds.is_user_fork(entry):  # a delegation child is no fork: relink refuses it
         fix = f"; `dsh-fork relink {shlex.quote(entry.id)}` catalogues it"
     for child_id, kid in on_disk.items():
         if migrates and kid.session_dir.parent == entry.session_dir.parent:
@@ -384,8 +390,11 @@ def _named_dirs(root: Root, arg: str) -> list[Path]:
         raise
 
 
-def doctor(root: Root, sessions: list[str] | None = None) -> DoctorReport:
-    """Check the root rules and every session (or the named ones); read-only."""
+def doctor(
+    root: Root, sessions: list[str] | None = None, *, oplog_path: Path | None = None
+) -> DoctorReport:
+    """Check the root rules and every session (or the named ones); read-only.
+    ``oplog_path``: the operation log that names the forks made without their tree."""
     entries = root.entries()
     by_dir = {entry.session_dir: entry for entry in entries}
     if sessions:
@@ -407,10 +416,21 @@ def doctor(root: Root, sessions: list[str] | None = None) -> DoctorReport:
     for entry in entries:
         if entry.id is not None:
             by_id.setdefault(entry.id, entry)
+    from .forkcheck import ForkRules  # reaches relink's planner: loaded when doctor runs
+
+    kinds = KindRule(root)
+    forks = ForkRules(root, kinds, oplog_path=oplog_path, named=bool(sessions))
     for entry in chosen:
         check = check_dir(entry.session_dir)
         report.findings.extend(_session_findings(entry, check))
-        report.findings.extend(_lineage(root, entry, check, by_id))
+        report.findings.extend(_lineage(root, entry, check, by_id, kinds))
+        for note in forks.notes(entry):
+            path = str(entry.generation.path) if entry.generation is not None else None
+            report.findings.append(
+                DoctorFinding(
+                    note.severity, "session", note.code, note.message, _label(entry), path
+                )
+            )
     return report
 
 
@@ -420,4 +440,8 @@ def doctor_arg(
     env: Mapping[str, str] | None = None,
 ) -> DoctorReport:
     """Resolve the root (``--root``, else ``$DSH_HOME/sessions``) and check it (the command)."""
-    return doctor(Root(resolve_root(root_option, env)), sessions)
+    return doctor(
+        Root(resolve_root(root_option, env)),
+        sessions,
+        oplog_path=default_oplog_path(root_option, env),
+    )

@@ -14,6 +14,7 @@ from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, writ
 from dsh_fork.generations import CURRENT_NAME
 
 BLOG = "session-41279f7e-cbd2-4124-8b98-f51118f00bc9"
+SAMPLE_FORK = "session-e21c3b20-65d7-49b5-bdf1-25916b70425f"
 
 
 def spec_of(session_id: str, **kwargs: Any) -> SessionSpec:
@@ -66,13 +67,23 @@ def test_a_clean_fixture_root_is_exit_0(tmp_path: Path) -> None:
     assert tree_digest(root) == before
 
 
-def test_the_samples_report_only_the_blog_open_turn(samples_root: Path) -> None:
+def test_the_samples_report_the_blog_open_turn_and_the_unrelinked_fork(
+    samples_root: Path,
+) -> None:
+    """The samples' fork child has no subagent copies yet (their README: the state relink
+    repairs): doctor says so, with the count relink --dry-run plans (three reviewers/lint and
+    one below them)."""
     status, report = doctor_json(samples_root)
     assert status == 0
     assert report["sessions"] == 8
-    assert [(f["severity"], f["session"], f["code"], f["seq"]) for f in report["findings"]] == [
-        ("info", BLOG, "OPEN_TURN", 7)
+    found = [(f["severity"], f["session"], f["code"], f.get("seq")) for f in report["findings"]]
+    assert found == [
+        ("info", BLOG, "OPEN_TURN", 7),
+        ("warning", SAMPLE_FORK, "FORK_TREE_MISSING", None),
     ]
+    assert report["findings"][1]["message"].startswith(
+        "lacks 4 subagents (3 direct, 1 below them) of its branch"
+    )
 
 
 def test_doctor_is_read_only_and_creates_no_lock(root: Path, clock: Clock) -> None:
