@@ -48,6 +48,7 @@ from .oplog import OpLog
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
 from .records import Event, dumps_record, held, parse_line
+from .resumable import unresumable
 from .workspace import Workspace, moved_workspace, rebase_cwd
 
 LINEAGE_CYCLE = "lineage cycle"
@@ -183,6 +184,9 @@ class RelinkSummary(Struct):
     descriptors_repaired: list[str] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unresumable: list[dict[str, str]] = field(default_factory=list)
+    """Written copies that failed the check made by reading them back (``resumable``):
+    ``{id, message}``; the contract object lists their ids, as the plugin's record does."""
     unlisted: list[Path] | None = None
     """Not part of the outcome: the dirs the run found unlisted, for ``sweep_abandoned``."""
     temp_left: set[str] = field(default_factory=set)
@@ -199,6 +203,7 @@ class RelinkSummary(Struct):
             "catalogued": self.catalogued,
             "descriptorsRepaired": self.descriptors_repaired,
             "failed": self.failed,
+            "unresumable": [item["id"] for item in self.unresumable],
             "dryRun": self.dry_run,
             "warnings": self.warnings,
         }
@@ -213,7 +218,7 @@ class RelinkSummary(Struct):
     @property
     def ok(self) -> bool:
         """Exit 0: skips and unrelated children are normal outcomes, failures are not."""
-        return not self.failed and not self.uncatalogable
+        return not self.failed and not self.uncatalogable and not self.unresumable
 
     def problems(self) -> list[dict[str, Any]]:
         """Every item that makes the run PARTIAL, named: failures, then uncatalogable copies."""
@@ -226,6 +231,8 @@ class RelinkSummary(Struct):
                     "message": f"no catalog fact can be made: {item['reason']}",
                 }
             )
+        for item in self.unresumable:
+            items.append({"id": item["id"], "code": "UNRESUMABLE", "message": item["message"]})
         return items
 
     def partial(self) -> Partial | None:
@@ -818,6 +825,15 @@ class _Walker:
                 {"forkChild": self.summary.fork_child, "done": self.done, "total": self.total},
             )
 
+    def _skip(self, child_id: str, reason: str) -> None:
+        """A normal outcome; a running child is also logged (the plugin's record of it)."""
+        self.summary.skipped.append({"id": child_id, "reason": reason})
+        if reason == "running":
+            self.log.write(
+                messages.SKIPPED_RUNNING,
+                {"forkChild": self.summary.fork_child, "childId": child_id, "reason": reason},
+            )
+
     def _fail(self, child_id: str, code: str, message: str) -> None:
         self.summary.failed.append({"id": child_id, "code": code, "message": message})
         self.log.write(
@@ -840,7 +856,7 @@ class _Walker:
             if isinstance(outcome, _Fail):
                 self._fail(outcome.id, outcome.code, outcome.message)
             else:
-                self.summary.skipped.append({"id": outcome.id, "reason": outcome.reason})
+                self._skip(outcome.id, outcome.reason)
         for child, data in level.descriptor_repairs:
             self._repair_descriptor(child, data)
         self._append_to_parent(level, parent, new_facts)
@@ -866,7 +882,7 @@ class _Walker:
                 self._fail(item.id, item.code, item.message)
             elif isinstance(item, _Skip):
                 self._tick()
-                self.summary.skipped.append({"id": item.id, "reason": item.reason})
+                self._skip(item.id, item.reason)
             elif isinstance(item, _Uncat):
                 self._tick()
                 self.summary.uncatalogable.append(
@@ -1016,7 +1032,7 @@ class _Walker:
             self._fail(level.blocked.id, level.blocked.code, level.blocked.message)
             return
         if isinstance(level.blocked, _Skip):
-            self.summary.skipped.append({"id": copy.id, "reason": "running"})
+            self._skip(copy.id, "running")
             return
         parent = _Parent(copy.id, copy.entry.session_dir, None, header.delegation_depth)
         if self.dry_run or not level.writes_parent():
@@ -1025,7 +1041,7 @@ class _Walker:
         try:
             parent.lock = SessionLock(copy.entry.session_dir).acquire()
         except SessionLocked:
-            self.summary.skipped.append({"id": copy.id, "reason": "running"})
+            self._skip(copy.id, "running")
             return
         try:
             self.level(level, parent)
@@ -1048,7 +1064,7 @@ class _Walker:
         try:
             writer.append(child.entry.session_dir, build, collect=_APPEND_TYPES)
         except SessionLocked:
-            self.summary.skipped.append({"id": child.id, "reason": "running"})
+            self._skip(child.id, "running")
             return
         except DshForkError as exc:
             self._fail(child.id, exc.code, exc.message)
@@ -1231,6 +1247,13 @@ def _run(
             walker.level(level, top)
     finally:
         walker.sync()
+    if not summary.dry_run:  # every copy read back, once every lock of the walk is released
+        summary.unresumable = unresumable(root, summary.copied)
+        for item in summary.unresumable:
+            log.write(
+                messages.UNRESUMABLE,
+                {"forkChild": summary.fork_child, "copyId": item["id"], "message": item["message"]},
+            )
     if summary.catalogued:
         log.write(
             messages.CATALOGUED,

@@ -21,6 +21,7 @@ SUMMARY_KEYS = [
     "catalogued",
     "descriptorsRepaired",
     "failed",
+    "unresumable",
     "dryRun",
     "warnings",
 ]
