@@ -18,6 +18,7 @@ from .catalog import fact_from_descriptor
 from .discovery import Located, Root, SessionEntry, locate
 from .errors import CorruptLog, DshForkError, Partial, UnsupportedFormat
 from .generations import SUPPORTED_VERSION
+from .kinds import KindRule
 from .locking import running as is_running
 from .model import MODEL_TYPES, CatalogEntry, Facts, facts_of
 from .provenance import Logged, match_copies
@@ -304,10 +305,18 @@ def list_agents(located: Located, *, recursive: bool) -> AgentTree:
     header = log.header
     lister = _Lister(root, recursive)
     lister.visited.add(header.id)
-    source_parent = header.parent_session if header.is_fork_child else None
+    kinds = KindRule(root)  # forks by the one rule: a delegation child is none
+    kinds.learn(header.id, facts)  # this log's catalog settles its children: not read again
+    listed = root.entry(header.id)
+    is_fork = header.is_fork_child and (listed is None or kinds.is_user_fork(listed))
+    source_parent = header.parent_session if is_fork else None
     where = _Where(located.generation.version, located.session_dir.parent)
     rows = lister.rows(header, facts, source_parent, where)
-    forks = [{"id": entry.id, "createdAt": entry.created_at} for entry in root.forks_of(header.id)]
+    forks = [
+        {"id": entry.id, "createdAt": entry.created_at}
+        for entry in root.forks_of(header.id)
+        if kinds.is_user_fork(entry)
+    ]
     tree = AgentTree(header.id, rows, forks, warnings=list(located.warnings))
     if header.parent_session is not None and root.entry(header.parent_session) is None:
         tree.flags.append(PARENT_MISSING)

@@ -321,3 +321,12 @@ def test_a_dry_run_no_agents_fork_is_not_recorded(root: Path) -> None:
     made = run_cli("fork", "session-P", "--no-agents", "--dry-run", "--root", root, env=NO_HOME)
     assert made.exit_code == 0, made.stderr
     assert not (root.parent / "dsh-fork-relink.log").exists()
+
+
+def test_list_agents_lists_only_user_forks_under_forks(root: Path) -> None:
+    delegation_root(root)
+
+    result = run_cli("list-agents", "session-P", "--root", root, "--json")
+
+    assert result.exit_code == 0, result.stderr
+    assert [fork["id"] for fork in result.json()["forks"]] == ["session-C"]
