@@ -22,6 +22,7 @@ from .lookup import check_root
 
 if TYPE_CHECKING:  # each command imports only the library it runs
     from .agents import AgentTree
+    from .attach import AttachResult
     from .diff import DiffResult
     from .discovery import Located, Root
     from .doctor import DoctorReport
@@ -120,6 +121,16 @@ def import_bundle(
         env=ctx.env,
         workspace=workspace,
     )
+
+
+def attach(ctx: Context, sessions: list[str], *, every: bool, dry_run: bool) -> AttachResult:
+    """``attach``: the named sessions, or every visible one (``every``), into the workspace
+    their cwd belongs to; ``every`` reads the whole root, so it is checked like one."""
+    from .attach import attach_arg
+
+    if every:
+        ctx.whole_root()
+    return attach_arg(sessions, ctx.root_option, every=every, dry_run=dry_run, env=ctx.env)
 
 
 def relink(ctx: Context, fork_child: str, *, dry_run: bool) -> RelinkSummary:

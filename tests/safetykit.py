@@ -25,7 +25,9 @@ from dsh_fork.writer import is_own_temp
 CASES: Counter[str] = Counter()
 """Fuzz and crash cases run in this session, by kind; printed in the terminal summary."""
 
-READ_ONLY_COMMANDS = frozenset(("inspect", "list-agents", "doctor", "tree", "diff", "du", "export"))
+READ_ONLY_COMMANDS = frozenset(
+    ("inspect", "list-agents", "doctor", "tree", "diff", "du", "export", "attach")
+)
 WRITING_COMMANDS = frozenset(("fork", "relink", "fixture", "import"))
 
 
