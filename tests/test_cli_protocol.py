@@ -39,6 +39,7 @@ def json_of(*argv: str | Path, code: int = 0) -> dict[str, Any]:
 
 def test_every_schema_is_a_valid_json_schema() -> None:
     assert names() == [
+        "attach",
         "diff",
         "doctor",
         "du",
@@ -72,6 +73,7 @@ def test_every_command_prints_a_document_of_its_schema(
     check("list-agents", json_of("--root", root, "list-agents", "kid", "--recursive"))
     check("doctor", json_of("--root", root, "doctor"))
     check("list", json_of("--root", root, "list"))
+    check("attach", json_of("--root", root, "attach", "--all", "--dry-run"))
     check("fixture", json_of("fixture", tmp_path / "new" / "sessions", "--sessions", "1"))
 
 
