@@ -291,7 +291,7 @@ def _lineage(
             add("error", "CYCLE", f"lineage cycle: {' → '.join(cycle)}")
     if entry.id is None or not check.readable:
         return out
-    on_disk = {child.id: child for child in root.children_of(entry.id) if child.id is not None}
+    on_disk = {child.id: child for child in kinds.subagents_of(entry.id) if child.id is not None}
     catalogued: dict[str, tuple[int, Any]] = {}
     for seq, data in check.own_catalog:
         child_id = data.get("childId") if isinstance(data, dict) else None

@@ -183,6 +183,17 @@ class KindRule:
         header = entry.header
         return header is not None and header.is_fork_child and self.why(entry) is None
 
+    def subagents_of(self, parent_id: str) -> list[SessionEntry]:
+        """The parent's delegation children, in (createdAt, id) order: those its header names
+        (``origin: "subagent"``, ``Root.children_of``, with the ones whose header is refused)
+        and the seeded ones without ``origin`` that the rule makes subagents (a forked
+        subagent DSH wrote without ``origin``): relink copies both, doctor checks both."""
+        kids = self.root.children_of(parent_id)
+        more = [e for e in self.root.forks_of(parent_id) if self.why(e) is not None]
+        if not more:
+            return kids
+        return sorted(kids + more, key=lambda e: (e.created_at, e.id or e.session_dir.name))
+
     def fork_children(self) -> list[SessionEntry]:
         """The root's user forks, in (createdAt, id) order."""
         return [entry for entry in self.root.fork_children() if self.is_user_fork(entry)]

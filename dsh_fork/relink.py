@@ -535,8 +535,10 @@ def _order(entry: SessionEntry) -> tuple[int, str]:
 class _Planner:
     """Read-only: decides every outcome of a relink (semantics §4.2, §4.3, §4.4.2)."""
 
-    def __init__(self, root: Root) -> None:
+    def __init__(self, root: Root, kinds: KindRule) -> None:
         self.root = root
+        self.kinds = kinds
+        """Which sessions are a source's subagents (candidates): the one rule of ``kinds``."""
         self.visited: set[str] = set()
         self.held = 0
         """Bytes of verbatim runs the plan holds; past ``HELD_RUNS_MAX`` runs stay in their
@@ -560,7 +562,7 @@ class _Planner:
                 if nearer is not None and nearer.header is not None:
                     horizon = min(horizon, nearer.created_at)
             members: list[_Member] = []
-            for entry in self.root.children_of(source_id):
+            for entry in self.kinds.subagents_of(source_id):
                 child_id = entry.id or entry.session_dir.name
                 if entry.error is not None:
                     failures.append(_failure(child_id, entry.error))
@@ -1292,8 +1294,9 @@ def _plan(
     the tree: a warning (``warn_unclaimed``), not a failure, so a damaged session elsewhere
     in the root does not make every relink PARTIAL (and no rerun could read it).
     """
-    point = point.with_chain(_fork_chain(root, point.parent_id, kinds or KindRule(root)))
-    planner = _Planner(root)
+    kinds = kinds or KindRule(root)
+    point = point.with_chain(_fork_chain(root, point.parent_id, kinds))
+    planner = _Planner(root, kinds)
     planner.visited.update((point.parent_id, *point.chain))
     level = planner.level(point, existing, own)
     for item in unreadable:

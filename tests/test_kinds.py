@@ -50,6 +50,7 @@ def seeded_child(
     shape, and a DSH forked subagent's), with the evidence asked for."""
     if seeded:
         child = fork_of(parent, child_id, clock())
+        child.turns = parent.turns  # its turns go on numbering from the inherited ones
     else:
         child = SessionSpec(id=child_id, created_at=clock(), cwd=parent.cwd, parent=parent.id)
     if own_descriptor:
@@ -239,9 +240,27 @@ def test_relink_all_copies_no_tree_under_a_delegation_child(root: Path) -> None:
     result = relink_all(Root(root))
 
     assert [s.fork_child for s in result.results] == ["session-C"]
-    assert [c["source"] for c in result.results[0].copied] == ["helper-1", "helper-2"]
+    # D is one of P's subagents by the rule: C's branch holds it, so it is copied too
+    copied = result.results[0].copied
+    assert [c["source"] for c in copied] == ["helper-1", "helper-2", "session-D"]
+    assert {c["parent"] for c in copied} == {"session-C"}
     assert result.forks == 1 and result.failed == []
     assert [e.id for e in Root(root).children_of("session-D")] == []
+
+
+def test_doctor_takes_a_delegation_child_for_its_parents_subagent(root: Path) -> None:
+    """P catalogues D, D names P: no CATALOG_MISMATCH (D is a subagent child of P by the
+    rule), and D's tree is never asked for."""
+    delegation_root(root)
+
+    report = run_cli("doctor", "--root", root, "--json")
+
+    assert report.exit_code == 0, report.stdout
+    found = [(f["session"], f["code"]) for f in report.json()["findings"]]
+    assert found == [("session-C", "FORK_TREE_MISSING")]
+    relink_all(Root(root))
+    again = run_cli("doctor", "--root", root, "--json")
+    assert again.json()["findings"] == []
 
 
 def test_relink_names_a_delegation_child_as_usage_error(root: Path) -> None:
