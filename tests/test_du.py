@@ -12,6 +12,7 @@ from lineagekit import FOREIGN_ROOTS, Family, build_family, foreign_roots, gener
 
 from dsh_fork import frames as zframes
 from dsh_fork import porcelain
+from dsh_fork.cli.tables import human_size
 from dsh_fork.discovery import Root
 from dsh_fork.du import inherited_bytes
 from dsh_fork.fixtures import Clock, SessionSpec
@@ -124,10 +125,34 @@ def test_a_session_argument_measures_its_family_only(root: Path, clock: Clock) -
 def test_plain_text_states_the_saving(root: Path) -> None:
     build_family(root, relinked=True)
     data = run_cli("du", "--root", root, "--json").json()
-    text = run_cli("du", "--root", root).stdout
+    text = run_cli("du", "--root", root, "--bytes").stdout
     total = data["total"]
     assert f"28 sessions, {total['bytes']} bytes" in text.splitlines()[0]
     assert f"sharing them would save {total['shareable']} bytes" in text.splitlines()[0]
+
+
+def test_sizes_are_human_unless_bytes_is_given(root: Path) -> None:
+    """du's tables show what people read (issue 35); ``-h`` asks for that, as in du(1), and
+    prints no help; ``--bytes`` the exact numbers; JSON is exact either way."""
+    build_family(root, relinked=True)
+    data = run_cli("du", "--root", root, "--json", "-h").json()
+    human = run_cli("du", "--root", root)
+    dash_h = run_cli("du", "-h", "--root", root)
+    exact = run_cli("du", "--root", root, "-b")
+
+    assert human.exit_code == dash_h.exit_code == exact.exit_code == 0
+    assert dash_h.stdout == human.stdout
+    assert "Usage" not in dash_h.stdout
+    total = data["total"]
+    assert isinstance(total["bytes"], int) and total["bytes"] > 1024
+    first = human.stdout.splitlines()[0]
+    assert f"28 sessions, {human_size(total['bytes'])}; inherited prefixes" in first
+    assert "KiB" in first and str(total["bytes"]) not in first
+    top = data["sessions"][0]
+    row = next(line for line in exact.stdout.splitlines() if line.startswith(top["id"] + " "))
+    assert str(top["bytes"]) in row.split()
+    row = next(line for line in human.stdout.splitlines() if line.startswith(top["id"] + " "))
+    assert human_size(top["bytes"]) in row
 
 
 def test_an_unreadable_session_is_named_and_still_measured(root: Path, clock: Clock) -> None:

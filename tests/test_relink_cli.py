@@ -194,7 +194,7 @@ def test_relink_all_reports_every_fork_child(root: Path, clock: Clock, hold_lock
     assert human.stdout.splitlines() == [
         "relink --all",
         "fork child  copied  catalog repaired  skipped  failed",
-        "session-C   0       0                 0        1",
+        "session-C        0                 0        0       1",
         "1 fork child had nothing to copy or repair",
         "total: 2 fork children; copied 0, catalog repaired 0, skipped 0, failed 1",
     ]

@@ -306,11 +306,6 @@ SESSION_HELP = (
     "Session id (or a unique prefix of one, `session-` left out or not), session dir, or log file."
 )
 
-KEEP_WHOLE = frozenset(
-    {"id", "path", "session", "fork child", "source", "copy", "parent", "where", "childId"}
-)
-"""Table columns a user copies from: never cut or wrapped; the other columns wrap instead."""
-
 
 class Out:
     """stdout for results (rich only on a terminal), stderr for warnings and errors."""
@@ -348,63 +343,36 @@ class Out:
     def table(
         self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]
     ) -> None:
-        """A rich table on a terminal, aligned plain columns otherwise. Ids and paths are
-        shown whole (``KEEP_WHOLE``); at 80 columns the other columns wrap."""
-        cells = [["-" if c is None else printable(str(c)) for c in row] for row in rows]
-        if self.rich:
-            from rich.table import Table
+        """A table by display width (``tables``): on a terminal fitted to the window, ids and
+        paths whole, the other columns folding; piped one row per line, never wrapped."""
+        from . import tables
 
-            natural = sum(
-                max([len(column), *(len(row[i]) for row in cells if i < len(row))]) + 3
-                for i, column in enumerate(columns)
-            )
-            if natural > self.console.width:  # a narrow terminal: one block per row
-                self._records(title, columns, cells)
-                return
-            table = Table(title=title, title_justify="left")
-            for i, column in enumerate(columns):
-                if column in KEEP_WHOLE:
-                    widest = max((len(row[i]) for row in cells if i < len(row)), default=0)
-                    table.add_column(column, no_wrap=True, min_width=max(widest, len(column)))
-                else:
-                    table.add_column(column, overflow="fold")
-            for row in cells:
-                table.add_row(*row)
-            self.console.print(table)
+        cells = [["-" if c is None else printable(str(c)) for c in row] for row in rows]
+        if not self.rich:
+            if title:
+                sys.stdout.write(title + "\n")
+            for line in tables.plain_lines(columns, cells):
+                sys.stdout.write(line + "\n")
             return
-        if title:
-            sys.stdout.write(title + "\n")
-        widths = [len(c) for c in columns]
-        for row in cells:
-            widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
-        for row in [list(columns), *cells]:
-            line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False))
-            sys.stdout.write(line.rstrip() + "\n")
+        if not tables.fits(columns, cells, self.console.width):
+            self._records(title, columns, cells)
+            return
+        self.console.print(tables.rich_table(title, columns, cells))
 
     def _records(self, title: str | None, columns: Sequence[str], cells: list[list[str]]) -> None:
         """Rows too wide for the terminal: the id or path column whole on its own line (to
         copy), then ``column: value`` pairs, packed into lines that break between pairs."""
         from rich.text import Text
 
+        from .tables import key_column, record_lines
+
         if title:
             self.console.print(Text(title, style="bold"))
-        key = next((i for i, c in enumerate(columns) if c in KEEP_WHOLE), 0)
+        key = key_column(columns)
         width = max(self.console.width - 2, 20)
         for row in cells:
             self.console.print(Text(row[key], style="bold"), overflow="fold")
-            pairs = [
-                f"{column}: {value}"
-                for i, (column, value) in enumerate(zip(columns, row, strict=False))
-                if i != key and value != "-"
-            ]
-            line = ""
-            for pair in pairs:
-                if line and len(line) + 3 + len(pair) > width:
-                    self.console.print(Text("  " + line), overflow="fold")
-                    line = pair
-                else:
-                    line = f"{line} · {pair}" if line else pair
-            if line:
+            for line in record_lines(columns, row, width):
                 self.console.print(Text("  " + line), overflow="fold")
 
     def warn(self, message: str) -> None:

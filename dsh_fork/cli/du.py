@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import typer
@@ -12,27 +13,30 @@ from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, root_of
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..du import DiskUsage, Group
 
+Sizer = Callable[[int | None], str]
+
 DEFAULT_TOP = 10
 """Rows per table without --top (with --json every row, unless --top is given)."""
 
 
-def _size(value: int | None) -> str:
-    if value is None:
-        return "?"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
+def _sizes(exact: bool) -> Callable[[int | None], str]:
+    """How a size is shown: exact bytes with --bytes, else as people read them."""
+    from .tables import human_size
+
+    return (lambda value: "?" if value is None else str(value)) if exact else human_size
 
 
-def _groups(out: Out, title: str, groups: list[Group], top: int) -> None:
-    rows = [[g.name, g.sessions, g.bytes, g.inherited, g.saving] for g in groups[:top]]
+def _groups(out: Out, title: str, groups: list[Group], top: int, size: Sizer) -> None:
+    rows = [
+        [g.name, g.sessions, size(g.bytes), size(g.inherited), size(g.saving)] for g in groups[:top]
+    ]
     more = f" (largest {top} of {len(groups)})" if len(groups) > top else ""
     out.table(f"{title}{more}", ["name", "sessions", "bytes", "inherited", "shareable"], rows)
     out.line()
 
 
-def _render(out: Out, usage: DiskUsage) -> None:
+def _render(out: Out, usage: DiskUsage, exact: bool) -> None:
+    size = _sizes(exact)
     top = usage.top or DEFAULT_TOP
     total = usage.total
     if not usage.sessions:
@@ -40,16 +44,26 @@ def _render(out: Out, usage: DiskUsage) -> None:
         return
     share = f" ({100 * total.saving / total.bytes:.0f}%)" if total.bytes else ""
     scope = f"family of {usage.session}" if usage.session else str(usage.root)
+    unit = " bytes" if exact else ""
     out.line(
-        f"{scope}: {total.sessions} sessions, {total.bytes} bytes ({_size(total.bytes)}); "
-        f"inherited prefixes {total.inherited} bytes; sharing them would save "
-        f"{total.saving} bytes{share}"
+        f"{scope}: {total.sessions} sessions, {size(total.bytes)}{unit}; inherited prefixes "
+        f"{size(total.inherited)}{unit}; sharing them would save {size(total.saving)}{unit}"
+        f"{share}"
     )
     out.line()
-    _groups(out, "Project dirs", usage.projects, top)
-    _groups(out, "Families", usage.families, top)
+    _groups(out, "Project dirs", usage.projects, top, size)
+    _groups(out, "Families", usage.families, top, size)
     rows = [
-        [u.id, u.kind, u.bytes, u.log_bytes, u.inherited, u.own, u.other, "; ".join(u.flags)]
+        [
+            u.id,
+            u.kind,
+            size(u.bytes),
+            size(u.log_bytes),
+            size(u.inherited),
+            size(u.own),
+            size(u.other),
+            "; ".join(u.flags),
+        ]
         for u in usage.sessions[:top]
     ]
     more = f" (largest {top} of {len(usage.sessions)})" if len(usage.sessions) > top else ""
@@ -65,21 +79,39 @@ def du_command(
     top: int | None = typer.Option(
         None, "--top", min=1, metavar="N", help=f"Show the N largest (default {DEFAULT_TOP})."
     ),
+    exact: bool = typer.Option(
+        False, "--bytes", "-b", help="Sizes in exact bytes (--json always has exact bytes)."
+    ),
+    human: bool = typer.Option(
+        False,
+        "--human-readable",
+        "-h",
+        help="Sizes as people read them (KiB, MiB, GiB): the default; du's -h, accepted.",
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
     """Bytes on disk per session, family and project dir; forks' and copies' inherited
     prefixes against their own bytes, and what sharing the prefixes would save.
 
-    Example: dsh-fork du --top 5
+    Sizes are shown in binary units (KiB = 1024 bytes) unless --bytes is given; -h means
+    that here, as in du(1) (--help prints this help).
+
+    \b
+    Examples:
+      dsh-fork du --top 5
+      dsh-fork du -h 68a2
+      dsh-fork du --bytes | sort -k3 -n
     """
     from ..collector import paused_gc
 
     with paused_gc():  # the usage is dropped (on return) before the collector runs again
-        _du(session, top, json_mode, root)
+        _du(session, top, exact and not human, json_mode, root)
 
 
-def _du(session: str | None, top: int | None, json_mode: bool, root: str | None) -> None:
+def _du(
+    session: str | None, top: int | None, exact: bool, json_mode: bool, root: str | None
+) -> None:
     from .. import porcelain
 
     out = Out(json_mode)
@@ -87,4 +119,4 @@ def _du(session: str | None, top: int | None, json_mode: bool, root: str | None)
     out.info(f"root: {ctx.root}")
     usage = run(out, lambda: porcelain.du(ctx, session, top=top), where=ctx.root)
     keep(ctx, usage)
-    emit(out, usage, _render)
+    emit(out, usage, lambda o, u: _render(o, u, exact))

@@ -222,13 +222,14 @@ def _turn_list(out: Out, report: InspectReport) -> None:
             f"{turn.start_seq}-{'open' if turn.end_seq is None else turn.end_seq}",
             iso(turn.end_time),
             turn.user,
+            ("yes" if turn.is_boundary else "no (open)") + (" inherited" if turn.inherited else ""),
             ", ".join(turn.tools) or None,
             ", ".join(turn.agents) or None,
-            ("yes" if turn.is_boundary else "no (open)") + (" inherited" if turn.inherited else ""),
         ]
         for turn in report.turn_list or ()
     ]
-    columns = ["turn", "seqs", "ended", "user", "tools", "agents", "fork boundary"]
+    # The agents (ids and labels: the longest cells) last, so that they push no column.
+    columns = ["turn", "seqs", "ended", "user", "fork boundary", "tools", "agents"]
     out.table(f"Turns: {len(rows)}", columns, rows)
 
 

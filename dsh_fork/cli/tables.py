@@ -1,0 +1,131 @@
+"""Tables laid out by display width: a CJK title takes two cells a character, an accent none.
+
+On a terminal a table fits the window: columns a user copies from (``KEEP_WHOLE``: ids, paths)
+stay whole, the others fold; when even the whole columns do not fit, each row becomes a block
+(``records``). Piped, a table is one row per line, never wrapped or cut, each column padded
+to its widest cell by display width — but no wider than ``PAD_CAP`` cells for a column of
+free text, so one long message does not push every other row hundreds of characters right
+(that row alone is pushed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rich.cells import cell_len
+
+KEEP_WHOLE = frozenset(
+    {"id", "name", "path", "session", "fork child", "source", "copy", "parent", "where", "childId"}
+)
+"""Table columns a user copies from: never cut or wrapped; the other columns fold instead."""
+PAD_CAP = 40
+"""The widest a free-text column is padded to in a piped table (in cells)."""
+GAP = 2
+"""Cells between two columns of a piped table."""
+RICH_GAP = 3
+"""Cells rich spends on a column's borders and padding."""
+FOLD_MIN = 8
+"""The narrowest a folding column is worth showing on a terminal."""
+
+
+def human_size(value: int | None) -> str:
+    """Bytes as people read them, in binary units as ``du -h`` counts (``812 B``,
+    ``2.5 KiB``, ``299 KiB``, ``1.2 GiB``): one decimal below ten, none above."""
+    if value is None:
+        return "?"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    if unit == "B":
+        return f"{value} B"
+    return f"{size:.1f} {unit}" if size < 10 else f"{size:.0f} {unit}"
+
+
+def numeric(index: int, cells: Sequence[Sequence[str]]) -> bool:
+    """A column of numbers and sizes (every shown cell starts with a digit): right-aligned."""
+    shown = [row[index] for row in cells if index < len(row) and row[index] not in ("-", "?")]
+    return bool(shown) and all(cell[:1].isdigit() for cell in shown)
+
+
+def pad_widths(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's padded width: its widest cell (heading included) by display width, free
+    text capped at ``PAD_CAP``."""
+    widths = [cell_len(c) for c in columns]
+    for row in cells:
+        for i, cell in enumerate(row[: len(widths)]):
+            width = cell_len(cell)
+            widths[i] = max(widths[i], width)
+    return [
+        w if column in KEEP_WHOLE else min(w, max(PAD_CAP, cell_len(column)))
+        for column, w in zip(columns, widths, strict=True)
+    ]
+
+
+def plain_lines(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Iterator[str]:
+    """The piped table: the heading, then one line a row."""
+    widths = pad_widths(columns, cells)
+    right = [numeric(i, cells) for i in range(len(columns))]
+    gap = " " * GAP
+    for row in [columns, *cells]:
+        parts = [
+            " " * (width - cell_len(cell)) + cell
+            if flush
+            else cell + " " * (width - cell_len(cell))
+            for cell, width, flush in zip(row, widths, right, strict=False)
+        ]
+        yield gap.join(parts).rstrip()
+
+
+def fits(columns: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> bool:
+    """Whether a terminal ``width`` cells wide holds the table with its whole columns whole
+    and every other column folded to at most ``FOLD_MIN`` cells."""
+    need = 0
+    for i, column in enumerate(columns):
+        widest = max([cell_len(column), *(cell_len(r[i]) for r in cells if i < len(r))])
+        need += (widest if column in KEEP_WHOLE else min(widest, FOLD_MIN)) + RICH_GAP
+    return need <= width
+
+
+def rich_table(title: str | None, columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Any:
+    """The terminal's table: whole columns at their widest cell, the others folding."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(columns):
+        if column in KEEP_WHOLE:
+            widest = max([cell_len(column), *(cell_len(r[i]) for r in cells if i < len(r))])
+            table.add_column(column, no_wrap=True, min_width=widest)
+        elif numeric(i, cells):
+            table.add_column(column, justify="right", no_wrap=True)
+        else:
+            table.add_column(column, overflow="fold")
+    for row in cells:
+        table.add_row(*row)
+    return table
+
+
+def record_lines(columns: Sequence[str], row: Sequence[str], width: int) -> Iterator[str]:
+    """One row as a block, for a terminal too narrow for its table: ``column: value`` pairs
+    (the key column left out: the caller prints it whole) packed into lines of ``width``
+    cells that break between pairs."""
+    key = key_column(columns)
+    line = ""
+    for i, (column, value) in enumerate(zip(columns, row, strict=False)):
+        if i == key or value == "-":
+            continue
+        pair = f"{column}: {value}"
+        if line and cell_len(line) + 3 + cell_len(pair) > width:
+            yield line
+            line = pair
+        else:
+            line = f"{line} · {pair}" if line else pair
+    if line:
+        yield line
+
+
+def key_column(columns: Sequence[str]) -> int:
+    """The column a block is headed by: the first one a user copies from."""
+    return next((i for i, c in enumerate(columns) if c in KEEP_WHOLE), 0)

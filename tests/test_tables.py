@@ -1,0 +1,84 @@
+"""Tables by display width (issue 35): piped, one row per line, padded by display width (CJK
+titles align), free text padded to at most ``PAD_CAP`` cells, numbers right-aligned, never
+wrapped; sizes as people read them."""
+
+from __future__ import annotations
+
+import pytest
+from rich.cells import cell_len
+
+from dsh_fork.cli.tables import (
+    PAD_CAP,
+    fits,
+    human_size,
+    numeric,
+    plain_lines,
+    record_lines,
+)
+
+
+def test_cjk_cells_align_by_display_width() -> None:
+    columns = ["id", "title", "turns"]
+    cells = [["a", "日本語のタイトル", "3"], ["bb", "plain", "12"], ["c", "é", "1"]]
+
+    lines = list(plain_lines(columns, cells))
+
+    assert lines == [
+        "id  title             turns",
+        "a   日本語のタイトル      3",
+        "bb  plain                12",
+        "c   é                     1",
+    ]
+    # the turns column ends in the same cell on every row
+    assert len({cell_len(line) for line in lines}) == 1
+
+
+def test_a_long_free_text_cell_pushes_only_its_own_row() -> None:
+    long = "x" * 300
+    lines = list(plain_lines(["turn", "agents", "end"], [["1", long, "yes"], ["2", "a", "no"]]))
+
+    assert lines[1] == f"   1  {long}  yes"
+    assert lines[2] == "   2  " + "a".ljust(PAD_CAP) + "  no"
+    assert all("\n" not in line for line in lines)
+
+
+def test_id_columns_are_padded_whole() -> None:
+    long_id = "session-" + "f" * 60
+    lines = list(plain_lines(["id", "kind"], [[long_id, "root"], ["b", "fork"]]))
+    assert lines[2] == "b".ljust(len(long_id)) + "  fork"
+
+
+def test_numbers_and_sizes_are_right_aligned() -> None:
+    cells = [["7", "2.5 KiB"], ["12", "-"]]
+    assert numeric(0, cells) and numeric(1, cells)
+    assert not numeric(0, [["x"], ["1"]])
+    assert list(plain_lines(["n", "size"], cells)) == [
+        " n     size",
+        " 7  2.5 KiB",
+        "12        -",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (2560, "2.5 KiB"),
+        (306_368, "299 KiB"),
+        (5 * 1024**3 // 2, "2.5 GiB"),
+        (3 * 1024**5, "3072 TiB"),
+        (None, "?"),
+    ],
+)
+def test_human_sizes(value: int | None, text: str) -> None:
+    assert human_size(value) == text
+
+
+def test_a_terminal_too_narrow_for_the_whole_columns_gets_blocks() -> None:
+    long_id = "session-" + "f" * 60
+    cells = [[long_id, "a title that folds"]]
+    assert fits(["id", "title"], cells, 100)
+    assert not fits(["id", "title"], cells, 60)
+    assert list(record_lines(["id", "title", "n"], [long_id, "t", "3"], 80)) == ["title: t · n: 3"]
