@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import frames as zframes
 from .errors import DshForkError
 from .fsdir import open_regular
-from .model import derive
+from .model import Facts, derive
 from .reader import summarizer
 from .records import Event, Header, parse_event
 
@@ -30,7 +30,7 @@ LEAN_MAX_BYTES = 1024 * 1024
 """Larger logs take the full read: it keeps them on the reader's bounded, split paths, and
 the per-session costs the lean read saves are negligible beside their decoding."""
 
-ROW_TYPES = frozenset(("turn/start", "turn/end", "session/title"))
+ROW_TYPES = frozenset(("turn/start", "turn/end", "session/title", "subagent/descriptor"))
 """The events a row's facts are folded from (``model.Facts``: title, completed turns)."""
 
 _summarize = summarizer(ROW_TYPES)
@@ -43,6 +43,8 @@ class Glance(NamedTuple):
     title: str | None
     turns: int
     mtime_ms: int
+    label: str | None = None
+    """A subagent's label, from its descriptor (``label_of``)."""
 
 
 def glance(path: str, header: Header) -> Glance | None:
@@ -107,4 +109,14 @@ def _fold(
                 collected.append(event)
         seq += count
     facts = derive(header, seq, collected)
-    return Glance(facts.title, len(facts.turn_ends), mtime_ms)
+    return Glance(facts.title, len(facts.turn_ends), mtime_ms, label_of(facts))
+
+
+def label_of(facts: Facts) -> str | None:
+    """The label a subagent's descriptor gives it (what ``tree`` shows; ``list`` shows it as
+    a subagent's title, since DSH titles no subagent)."""
+    descriptor = facts.descriptor()
+    if descriptor is None or not isinstance(descriptor.data, dict):
+        return None
+    label = descriptor.data.get("label")
+    return label if isinstance(label, str) else None

@@ -3,6 +3,11 @@
 A row needs the header (id, kind, cwd, lineage) and two facts of the log: its title and its
 completed turns. Filters on the project, the kind and the last activity are applied before
 any log is decoded, so a narrow listing of a large root reads only the logs it shows.
+
+By default a listing shows what people look for: the conversations (``CONVERSATIONS``: roots,
+forks, linked sessions), each with the subagents and copies under it counted (``_owners``),
+and every session that cannot be read or belongs to no conversation — never hidden. ``all``
+(or a ``kinds`` filter) lists every session.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
 from .kinds import HEADER_KINDS, HeaderKind, KindRule, header_kind
 from .layout import is_absolute_cwd, project_key
-from .leanlog import ROW_TYPES, glance
+from .leanlog import ROW_TYPES, glance, label_of
 from .model import derive
 from .reader import open_log
 from .results import rows
 from .times import iso_ms
 
 KINDS = HEADER_KINDS
+CONVERSATIONS: frozenset[str | None] = frozenset(("root", "fork", "linked"))
+"""The kinds a person talks to; subagents and copies are counted under theirs."""
+AGENT_KINDS = ("subagent", "copy")
 
 
 class SessionRow(Struct):
@@ -42,6 +50,15 @@ class SessionRow(Struct):
     forks: int = 0
     agents: int = 0
     error: dict[str, str] | None = None
+    label: str | None = None
+    subagents: int = 0
+    """Subagents under it, at any depth, through subagents and copies only (not forks)."""
+    copies: int = 0
+    """Copies (seeded subagents) under it, likewise."""
+    bytes: int | None = None
+    """Bytes on disk of its session dir (None: not measured)."""
+    agent_bytes: int = 0
+    """Bytes on disk of the dirs of the subagents and copies counted under it."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +76,11 @@ class SessionRow(Struct):
             "lastActivityIso": iso_ms(self.last_activity),
             "forks": self.forks,
             "agents": self.agents,
+            "label": self.label,
+            "subagents": self.subagents,
+            "copies": self.copies,
+            "bytes": self.bytes,
+            "agentBytes": self.agent_bytes,
             "error": self.error,
         }
 
@@ -71,9 +93,13 @@ class SessionList(Struct):
     total: int
     filters: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-    schema_version = 2
+    everything: bool = True
+    """Every session is a row (``--all`` or ``--kind``), else the conversations."""
+    schema_version = 3
     """2: the kind ``linked`` (a session naming a parent that is neither a fork nor a
-    subagent, once listed as a fork), and no kind (null) for a header that cannot be read."""
+    subagent, once listed as a fork), and no kind (null) for a header that cannot be read.
+    3: by default the conversations only (``all`` false), each row with ``label``,
+    ``subagents``, ``copies``, ``bytes`` and ``agentBytes``."""
 
     def partial(self) -> Partial | None:
         """A session whose log cannot be read is a row with its error, never a failure."""
@@ -83,6 +109,7 @@ class SessionList(Struct):
         return {
             "root": self.root,
             "total": self.total,
+            "all": self.everything,
             "filters": self.filters,
             "sessions": rows(self.rows, SessionRow.to_json),
         }
@@ -124,22 +151,35 @@ def list_sessions(
     project: str | None = None,
     kinds: list[str] | None = None,
     since: int | None = None,
+    everything: bool = False,
 ) -> SessionList:
-    """Every session of ``root`` that passes the filters (all of them by default)."""
+    """The sessions of ``root`` that pass the filters: the conversations and the sessions no
+    conversation holds, or, with ``everything`` or ``kinds``, every session."""
     for wanted in kinds or ():
         if wanted not in KINDS:
             raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
-    # Unfiltered, every row's log is read: in the listing's own read. A filtered listing reads
-    # headers only, then the logs of the rows it shows.
-    entries = root.entries(glance=project is None and not kinds and since is None)
+    everything = everything or bool(kinds)
+    # Every row's log is read in the listing's own read when every session is a row; a
+    # filtered listing (or the conversations) reads headers only, then the logs it shows.
+    whole = everything and project is None and not kinds and since is None
+    entries = root.entries(glance=whole, sizes=True)
+    rule = KindRule(root)
+    kinds_of = [kind_of(entry, rule) for entry in entries]
+    owners = _owners(entries, kinds_of)
     rows: list[SessionRow] = []
     warnings: list[str] = []
-    rule = KindRule(root)
-    for entry in entries:
+    counted: dict[str, list[int]] = {}  # conversation id: [subagents, copies, bytes]
+    for entry, kind in zip(entries, kinds_of, strict=True):
+        owner = owners.get(entry.id) if kind in AGENT_KINDS and entry.id is not None else None
+        if owner is not None:
+            tally = counted.setdefault(owner, [0, 0, 0])
+            tally[0 if kind == "subagent" else 1] += 1
+            tally[2] += 0 if entry.sizes is None else entry.sizes[0]
         if project is not None and not _matches_project(entry, project):
             continue
-        kind = kind_of(entry, rule)
         if kinds and kind not in kinds:
+            continue
+        if not everything and owner is not None:
             continue
         last = None
         if since is not None:
@@ -147,6 +187,9 @@ def list_sessions(
             if last < since:
                 continue
         rows.append(_row(root, entry, kind, last))
+    for row in rows:
+        subagents, copies, agent_bytes = counted.get(row.id, (0, 0, 0))
+        row.subagents, row.copies, row.agent_bytes = subagents, copies, agent_bytes
     unreadable = [row for row in rows if row.error is not None]
     if unreadable:
         warnings.append(
@@ -157,7 +200,49 @@ def list_sessions(
     rows.sort(key=attrgetter("id"))
     rows.sort(key=attrgetter("last_activity"), reverse=True)
     filters = {"project": project, "kinds": kinds or None, "since": since}
-    return SessionList(str(root.path), rows, len(entries), filters, warnings)
+    return SessionList(str(root.path), rows, len(entries), filters, warnings, everything)
+
+
+def _owners(entries: list[SessionEntry], kinds_of: list[HeaderKind | None]) -> dict[str, str]:
+    """The conversation each subagent and copy is counted under: the first session up its
+    chain of parents that is a conversation, reached through subagents and copies only. A
+    chain that ends at a missing parent, an unreadable one, or in a cycle has none (its
+    sessions are then rows of their own). Iterative, so a chain of any depth is walked."""
+    kinds: dict[str, HeaderKind | None] = {}
+    parents: dict[str, str | None] = {}
+    for entry, kind in zip(entries, kinds_of, strict=True):
+        if entry.id is not None and entry.id not in kinds:
+            kinds[entry.id] = kind
+            parents[entry.id] = entry.parent
+    owners: dict[str, str] = {}
+    done: set[str] = set()
+    for start, kind in kinds.items():
+        if kind not in AGENT_KINDS or start in done:
+            continue
+        chain: list[str] = []
+        seen: set[str] = set()
+        node: str | None = start
+        owner: str | None = None
+        while node is not None and node not in seen:
+            if node in done:
+                owner = owners.get(node)
+                break
+            if node not in kinds:
+                break  # a missing parent: no conversation holds the chain
+            node_kind = kinds[node]
+            if node_kind in CONVERSATIONS:
+                owner = node
+                break
+            if node_kind not in AGENT_KINDS:
+                break  # unreadable: no conversation holds the chain
+            seen.add(node)
+            chain.append(node)
+            node = parents.get(node)
+        for member in chain:
+            done.add(member)
+            if owner is not None:
+                owners[member] = owner
+    return owners
 
 
 def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | None) -> SessionRow:
@@ -167,6 +252,7 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | N
     listed_id = entry.id
     where = entry.dir_text
     forks, agents = (0, 0) if listed_id is None else root.counts_of(listed_id)
+    sizes = entry.sizes
     row = SessionRow(
         listed_id or os.path.basename(where),
         kind,
@@ -180,13 +266,14 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | N
         None,
         forks,
         agents,
+        bytes=None if sizes is None else sizes[0],
     )
     error = entry.error
     path = entry.log_path
     if error is None and path is not None and header is not None:
         seen = entry.glance if entry.glanced else glance(path, header)
         if seen is not None:
-            row.title, row.turns = seen.title, seen.turns
+            row.title, row.turns, row.label = seen.title, seen.turns, seen.label
             if last is None:
                 row.last_activity = seen.mtime_ms
             return row
@@ -199,6 +286,7 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | N
             facts = derive(log.header, log.event_count, log.collected)
             row.title = facts.title
             row.turns = len(facts.turn_ends)
+            row.label = label_of(facts)
         except DshForkError as exc:
             error = exc
         except OSError as exc:

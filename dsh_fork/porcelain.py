@@ -172,6 +172,7 @@ def list_sessions(
     kinds: list[str] | None,
     since: str | None,
     now_ms: int,
+    everything: bool = False,
 ) -> SessionList:
     from .collector import keep
     from .discovery import Root
@@ -180,7 +181,7 @@ def list_sessions(
 
     start = None if since is None else parse_since(since, now_ms)
     root = Root(ctx.whole_root())
-    listing = list_root(root, project=project, kinds=kinds, since=start)
+    listing = list_root(root, project=project, kinds=kinds, since=start, everything=everything)
     keep(root)  # its entries: a process about to leave need not free them
     return listing
 

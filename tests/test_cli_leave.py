@@ -190,7 +190,9 @@ def test_what_a_pass_drops_is_held_only_in_a_process_that_leaves_without_freeing
     porcelain.du(ctx, None, top=None)
     forests = [value for value in held if isinstance(value, Lineage)]
     assert len(forests) == 1 and len(list(forests[0].nodes())) == 9
-    listing = porcelain.list_sessions(ctx, project=None, kinds=None, since=None, now_ms=0)
+    listing = porcelain.list_sessions(
+        ctx, project=None, kinds=None, since=None, now_ms=0, everything=True
+    )
     roots = [value for value in held if isinstance(value, Root)]
     assert len(roots) == 1 and len(roots[0].entries()) == len(listing.rows) == 9
     alive = weakref.ref(forests[0])

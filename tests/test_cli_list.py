@@ -37,7 +37,7 @@ def family(root: Path) -> Path:
 
 
 def listed(root: Path, *args: str) -> dict[str, dict[str, Any]]:
-    result = run_cli("--root", root, "list", *args, "--json")
+    result = run_cli("--root", root, "list", "--all", *args, "--json")
     assert result.exit_code == 0, result.stderr
     document = result.json()
     check("list", document)
@@ -117,7 +117,7 @@ def test_an_unreadable_session_is_a_row_with_its_error(family: Path) -> None:
 
 
 def test_human_list_keeps_whole_ids(family: Path) -> None:
-    result = run_cli("--root", family, "list")
+    result = run_cli("--root", family, "list", "--all")
 
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
@@ -134,7 +134,10 @@ def test_human_list_keeps_whole_ids(family: Path) -> None:
 def test_an_empty_root_lists_nothing(root: Path) -> None:
     root.mkdir(parents=True)
     result = run_cli("--root", root, "list")
-    assert result.exit_code == 0 and result.stdout == f"{root}: no sessions\n"
+    every = run_cli("--root", root, "list", "--all")
+    assert result.exit_code == every.exit_code == 0
+    assert result.stdout == f"{root}: no conversations\n"
+    assert every.stdout == f"{root}: no sessions\n"
 
 
 # -- prefixes ----------------------------------------------------------------------------------
@@ -246,7 +249,7 @@ def test_a_session_whose_header_cannot_be_read_has_no_kind(family: Path) -> None
 
     document = result.json()
     check("list", document)
-    assert document["schemaVersion"] == 2
+    assert document["schemaVersion"] == 3
     row = next(r for r in document["sessions"] if r["id"] == "session-F")
     assert (row["kind"], row["error"]["code"]) == (None, "UNSUPPORTED_FORMAT")
     assert "session-F" not in listed(family, "--kind", "root")
@@ -261,7 +264,7 @@ def test_rows_come_newest_activity_first_then_by_id(family: Path, filtered: bool
         log = next(Root(family).find(session_id).glob("session.v*.jsonl.zstd"))
         os.utime(log, (seconds, seconds))
     args = ("--since", "0") if filtered else ()
-    result = run_cli("--root", family, "list", *args, "--json")
+    result = run_cli("--root", family, "list", "--all", *args, "--json")
     assert result.exit_code == 0, result.stderr
     order = [(row["id"], row["lastActivity"]) for row in result.json()["sessions"]]
     assert order == [

@@ -12,18 +12,34 @@ from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..listing import SessionList
 
-COLUMNS = ("id", "kind", "title", "turns", "last activity", "forks", "agents", "cwd")
+COLUMNS = (
+    "id",
+    "kind",
+    "title",
+    "turns",
+    "last activity",
+    "forks",
+    "subagents",
+    "copies",
+    "size",
+    "cwd",
+)
 
 
-def render(out: Out, listing: SessionList) -> None:
+def render(out: Out, listing: SessionList, exact: bool = False) -> None:
+    from .tables import human_size
+
     shown = len(listing.rows)
-    what = f"{shown} of {listing.total} sessions" if shown != listing.total else f"{shown} sessions"
+    noun = "sessions" if listing.everything else "conversations"
     if not listing.rows:
-        out.line(f"{listing.root}: no sessions" + ("" if shown == listing.total else " match"))
+        out.line(f"{listing.root}: no {noun}" + ("" if shown == listing.total else " match"))
         return
     rows = []
     for row in listing.rows:
-        title = row.title if row.error is None else f"unreadable: {row.error['code']}"
+        title = row.title if row.title is not None else row.label
+        if row.error is not None:
+            title = f"unreadable: {row.error['code']}"
+        size = None if row.bytes is None else row.bytes + row.agent_bytes
         rows.append(
             (
                 row.id,
@@ -32,11 +48,22 @@ def render(out: Out, listing: SessionList) -> None:
                 row.turns,
                 iso(row.last_activity),
                 row.forks,
-                row.agents,
+                row.subagents,
+                row.copies,
+                size if exact or size is None else human_size(size),
                 row.cwd,
             )
         )
+    what = f"{shown} {noun}" if listing.everything else _conversations(listing)
     out.table(f"{what} in {listing.root}", COLUMNS, rows)
+
+
+def _conversations(listing: SessionList) -> str:
+    """``9 conversations (117 sessions; --all lists every one)``: what the default hides."""
+    shown = len(listing.rows)
+    if shown == listing.total:
+        return f"{shown} conversations"
+    return f"{shown} conversations ({listing.total} sessions; --all lists every one)"
 
 
 @app.command(
@@ -59,32 +86,46 @@ def list_command(
         metavar="WHEN",
         help="Only sessions active since WHEN: an age (30m, 2h, 7d), an ISO date, epoch ms.",
     ),
+    everything: bool = typer.Option(
+        False, "--all", "-a", help="Every session: subagents and copies too, each a row."
+    ),
+    exact: bool = typer.Option(False, "--bytes", "-b", help="Sizes in exact bytes."),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
-    """List the sessions of a root with their title, kind, turns and last activity.
+    """List the conversations of a root: title, kind, turns, last activity, and the
+    subagents and copies under each.
+
+    By default a row is a conversation (a root, a fork, or a linked session) or a session
+    no conversation holds (one that cannot be read, a subagent whose parent is gone): the
+    subagents and copies under a conversation, at any depth, are counted in its row, and
+    its size is its dir's bytes plus theirs. --all, or --kind, lists every session, a
+    subagent titled by its label.
 
     Kinds, from the header: root (names no parent), fork (a fork child: seeded from another
     session by fork), subagent (a session DSH spawned for a parent), copy (a subagent
     written by relink or fork: a copy of another subagent), linked (names a parent but is
     neither); ? when the header cannot be read. Last activity is the log's modification
-    time; forks and agents count the fork children and subagents whose parent it is.
+    time; forks counts the fork children whose parent it is. --json has exact bytes.
 
     \b
     Examples:
-      dsh-fork list --kind fork --since 7d
-      dsh-fork list --project /home/me/shop --json
+      dsh-fork list
+      dsh-fork list --all --since 7d
+      dsh-fork list --kind fork --project /home/me/shop --json
     """
     from ..collector import paused_gc
 
     with paused_gc():  # rows and headers hold no cycle: nothing for the collector to walk
-        _list(project, kind, since, json_mode, root)
+        _list(project, kind, since, everything, exact, json_mode, root)
 
 
 def _list(
     project: str | None,
     kind: list[str] | None,
     since: str | None,
+    everything: bool,
+    exact: bool,
     json_mode: bool,
     root: str | None,
 ) -> None:
@@ -97,9 +138,14 @@ def _list(
     listing = run(
         out,
         lambda: porcelain.list_sessions(
-            ctx, project=project, kinds=kind or None, since=since, now_ms=now_ms()
+            ctx,
+            project=project,
+            kinds=kind or None,
+            since=since,
+            now_ms=now_ms(),
+            everything=everything,
         ),
         where=ctx.root,
     )
     keep(ctx, listing)
-    emit(out, listing, render)
+    emit(out, listing, lambda o, result: render(o, result, exact))
