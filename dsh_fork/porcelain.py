@@ -198,7 +198,14 @@ def _scope(ctx: Context, session: str | None) -> Root | Located:
 TREE_FORMATS = ("text", "mermaid", "dot")
 
 
-def tree(ctx: Context, session: str | None, *, fmt: str = "text", as_json: bool = False) -> Lineage:
+def tree(
+    ctx: Context,
+    session: str | None,
+    *,
+    fmt: str = "text",
+    as_json: bool = False,
+    depth: int | None = None,
+) -> Lineage:
     """``tree``: the lineage; ``--format mermaid|dot`` is a picture's source, which has no
     JSON document, so it is refused beside ``--json`` rather than silently dropped."""
     from .lineage import lineage_of
@@ -210,7 +217,9 @@ def tree(ctx: Context, session: str | None, *, fmt: str = "text", as_json: bool 
             f"--format {fmt} prints a picture's source, not a JSON document; "
             "give --format or --json, not both"
         )
-    return lineage_of(_scope(ctx, session), session=session)
+    from .tree import narrow
+
+    return narrow(lineage_of(_scope(ctx, session), session=session), depth)
 
 
 def diff(ctx: Context, a: str, b: str) -> DiffResult:

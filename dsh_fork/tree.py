@@ -6,9 +6,16 @@ the same text; the rich tree on a terminal is drawn by the command from ``descri
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
+from msgspec.structs import replace
+
 from .lineage import Lineage, Node
+
+ROW_WIDTH = 6
+"""A picture puts at most this many children of one session side by side; more wrap into
+further rows, so a family of 80 subagents is drawn top-down, not 80 boxes wide."""
 
 
 def describe(node: Node) -> str:
@@ -35,6 +42,39 @@ def describe(node: Node) -> str:
     if node.flags:
         parts.append("[" + "; ".join(node.flags) + "]")
     return "  ".join(parts)
+
+
+def narrow(lineage: Lineage, depth: int | None) -> Lineage:
+    """The lineage down to ``depth`` levels below its tops (``tree --depth``): a node whose
+    children are left out says how many sessions are below it (a flag, so every format and
+    the JSON show it). The nodes are copies; the lineage given is unchanged. Iterative."""
+    if depth is None:
+        return lineage
+    tops = [replace(top, children=[], flags=list(top.flags)) for top in lineage.tops]
+    stack = [(old, new, 0) for old, new in zip(lineage.tops, tops, strict=True)]
+    while stack:
+        old, new, level = stack.pop()
+        if not old.children:
+            continue
+        if level >= depth:
+            new.flags.append(f"{_below(old)} more below")
+            continue
+        for child in old.children:
+            copy = replace(child, children=[], flags=list(child.flags))
+            new.children.append(copy)
+            stack.append((child, copy, level + 1))
+    return replace(lineage, tops=tops)
+
+
+def _below(node: Node) -> int:
+    """How many sessions are below ``node`` (each once: a cycle is drawn once already)."""
+    count = 0
+    stack = list(node.children)
+    while stack:
+        child = stack.pop()
+        count += 1
+        stack.extend(child.children)
+    return count
 
 
 def plain_lines(lineage: Lineage) -> Iterator[str]:
@@ -70,14 +110,49 @@ def _mermaid_text(text: str) -> str:
     return escaped.replace(">", "#gt;").replace("\n", "<br/>")
 
 
+def _groups(lineage: Lineage) -> list[Node]:
+    """The sessions whose children a picture draws as one group: more than ``ROW_WIDTH``."""
+    return [node for node in lineage.nodes() if len(node.children) > ROW_WIDTH]
+
+
+def _group_label(node: Node) -> str:
+    """``78 children of session-…: 70 subagent, 8 fork``."""
+    kinds: dict[str, int] = {}
+    for child in node.children:
+        kinds[child.kind] = kinds.get(child.kind, 0) + 1
+    counted = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    return f"{len(node.children)} children of {node.id}: {counted}"
+
+
+def _rows(kids: list[Node], ids: dict[str, str]) -> Iterator[list[str]]:
+    """The names of a group's children, ``ROW_WIDTH`` a row, in display order."""
+    for start in range(0, len(kids), ROW_WIDTH):
+        yield [ids[kid.path] for kid in kids[start : start + ROW_WIDTH]]
+
+
 def mermaid(lineage: Lineage) -> str:
-    """A Mermaid flowchart: parent → child edges, dotted copy → original edges."""
+    """A Mermaid flowchart, top-down: parent → child edges, dotted copy → original edges; the
+    children of a session with more than ``ROW_WIDTH`` are one subgraph, in rows of
+    ``ROW_WIDTH`` (invisible links), with one edge from their parent."""
     ids = _ids(lineage)
+    groups = {node.path: f"g{ids[node.path]}" for node in _groups(lineage)}
     out = ["flowchart TD"]
     for node in lineage.nodes():
         shape = ('(["', '"])') if node.kind == "fork" else ('["', '"]')
         out.append(f"  {ids[node.path]}{shape[0]}{_mermaid_text(_short(node))}{shape[1]}")
+    for node in _groups(lineage):
+        out.append(f'  subgraph {groups[node.path]}["{_mermaid_text(_group_label(node))}"]')
+        out.append("    direction TB")
+        out += [f"    {ids[kid.path]}" for kid in node.children]
+        # top-down, a link puts its target below: child i above child i + ROW_WIDTH
+        for upper, lower in itertools.pairwise(_rows(node.children, ids)):
+            for above, below in zip(upper, lower, strict=False):
+                out.append(f"    {above} ~~~ {below}")
+        out.append("  end")
+        out.append(f"  {ids[node.path]} --> {groups[node.path]}")
     for edge in lineage.edges():
+        if edge.kind != "copy-of" and edge.source.path in groups:
+            continue  # drawn once, to the group
         a, b = ids[edge.source.path], ids[edge.target.path]
         arrow = "-.->" if edge.kind == "copy-of" else "-->"
         out.append(f"  {a} {arrow}|{edge.kind}| {b}")
@@ -89,15 +164,35 @@ def _dot_text(text: str) -> str:
 
 
 def dot(lineage: Lineage) -> str:
-    """A Graphviz digraph with the same nodes and edges as ``mermaid``."""
+    """A Graphviz digraph with the same nodes, edges and groups as ``mermaid``, top-down: a
+    group is a cluster whose rows are held by invisible edges, so a family of 80 subagents is
+    a grid about six boxes wide, not a row of 80."""
     ids = _ids(lineage)
+    groups = _groups(lineage)
+    grouped = {node.path for node in groups}
     out = ["digraph lineage {", "  rankdir=TB;", "  node [shape=box];"]
+    if groups:
+        out.append("  compound=true;")
     for node in lineage.nodes():
         style = ", style=rounded" if node.kind == "fork" else ""
         out.append(f'  {ids[node.path]} [label="{_dot_text(_short(node))}"{style}];')
+    for node in groups:
+        name = ids[node.path]
+        rows = list(_rows(node.children, ids))
+        out.append(f"  subgraph cluster_{name} {{")
+        out.append(f'    label="{_dot_text(_group_label(node))}"; style=dashed;')
+        for row in rows:
+            out.append("    { rank=same; " + " -> ".join(row) + " [style=invis]; }")
+        for upper, lower in itertools.pairwise(rows):
+            out.append(f"    {upper[0]} -> {lower[0]} [style=invis];")
+        out.append("  }")
+        out.append(f"  {name} -> {rows[0][0]} [lhead=cluster_{name}];")
     for edge in lineage.edges():
+        if edge.kind != "copy-of" and edge.source.path in grouped:
+            continue  # drawn once, to the cluster
         a, b = ids[edge.source.path], ids[edge.target.path]
-        style = ", style=dashed" if edge.kind == "copy-of" else ""
+        # a copy → original edge does not rank: the copy stays under its fork
+        style = ", style=dashed, constraint=false" if edge.kind == "copy-of" else ""
         out.append(f'  {a} -> {b} [label="{edge.kind}"{style}];')
     out.append("}")
     return "\n".join(out) + "\n"

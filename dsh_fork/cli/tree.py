@@ -83,12 +83,21 @@ def tree_command(
     fmt: Format = typer.Option(
         Format.text, "--format", help="text (default), mermaid or dot (a picture's source)."
     ),
+    depth: int | None = typer.Option(
+        None,
+        "--depth",
+        min=0,
+        metavar="N",
+        help="Only N levels below each top (0: the tops); a cut node says how many are below.",
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
     """Show forks, subagents and copies as a tree (read-only).
 
-    --format mermaid|dot prints a picture's source (text); it cannot be combined with --json.
+    --format mermaid|dot prints a picture's source (text), laid out top-down: the children
+    of one session wrap into rows of six, so a large family stays narrow. It cannot be
+    combined with --json. A SESSION narrows the picture to its family, --depth N to N levels.
 
     Forks show where they were cut (seq and turn), copies the subagent they were copied from;
     orphans, self-parents, cycles and unreadable sessions are flagged, never fatal.
@@ -98,10 +107,12 @@ def tree_command(
     from ..collector import paused_gc
 
     with paused_gc():  # the forest is dropped (on return) before the collector runs again
-        _tree(session, fmt, json_mode, root)
+        _tree(session, fmt, depth, json_mode, root)
 
 
-def _tree(session: str | None, fmt: Format, json_mode: bool, root: str | None) -> None:
+def _tree(
+    session: str | None, fmt: Format, depth: int | None, json_mode: bool, root: str | None
+) -> None:
     from .. import porcelain
 
     out = Out(json_mode)
@@ -109,7 +120,7 @@ def _tree(session: str | None, fmt: Format, json_mode: bool, root: str | None) -
     out.info(f"root: {ctx.root}")
     lineage = run(
         out,
-        lambda: porcelain.tree(ctx, session, fmt=fmt.value, as_json=json_mode),
+        lambda: porcelain.tree(ctx, session, fmt=fmt.value, as_json=json_mode, depth=depth),
         where=ctx.root,
     )
     keep(ctx, lineage)
