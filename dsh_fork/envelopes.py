@@ -92,3 +92,20 @@ def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[i
         return None
     first_seq, types = checked
     return first_seq, [k for k, name in enumerate(types) if name in wanted]
+
+
+def typed_run(lines: list[bytes]) -> tuple[int, list[str]] | None:
+    """(first seq, each line's type) when every line is an envelope DSH accepts and the seqs
+    are dense; None when one is not. ``checked_run`` with the types themselves, for a pass
+    that needs where each type lies (``search`` counts turns and picks its candidates)."""
+    decode, refused = fast_form() if len(lines) >= FAST_MIN_LINES else (None, ())
+    if decode is not None and lines and sys.getrecursionlimit() <= _ORJSON_MAX_DEPTH:
+        try:
+            envelopes = list(map(decode, lines))
+        except refused:
+            pass
+        else:
+            first = envelopes[0].seq
+            if list(map(_seq, envelopes)) == list(range(first, first + len(lines))):
+                return first, list(map(_type, envelopes))
+    return dense_run(lines)

@@ -377,6 +377,14 @@ class FixtureSummary(Struct):
         }
 
 
+def planted_phrase(top: int, path: str, turn: int) -> str:
+    """The phrase ``generate(phrases=True)`` ends a user message with: top-level session
+    ``top`` (0-based), the subagent at ``path`` ("" for the top itself, "1.2" for the second
+    child of its first child), turn ``turn``. Said in no other message of the root."""
+    where = f"a{path.replace('.', '_')}" if path else "top"
+    return f"planted q{top}x {where} turn{turn}z"
+
+
 def _text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choices(_WORDS, k=words))
 
@@ -397,6 +405,8 @@ class _Tree(Struct):
     words: int
     tools: bool
     open_turns: bool
+    phrases: bool = False
+    top_index: int = 0
     specs: list[SessionSpec] = field(default_factory=list)
     per_depth: dict[int, int] = field(default_factory=dict)
     children: dict[str, list[SessionSpec]] = field(default_factory=dict)
@@ -443,6 +453,8 @@ class _Tree(Struct):
             spec.flush()
         for number in range(1, self.turns + 1):
             text = _text(self.rng, self.words)
+            if self.phrases:
+                text += " " + planted_phrase(self.top_index, path, number)
             if spawns and number == spawn_turn:
                 prefix = f"agent {path}." if path else "agent "
                 labels = [f"{prefix}{k + 1}" for k in range(spawns)]
@@ -481,6 +493,7 @@ def generate(
     torn_tails: bool = False,
     old_generation: int = 0,
     workspaces: bool = False,
+    phrases: bool = False,
     progress: Progress | None = None,
 ) -> FixtureSummary:
     """Write a deterministic root; OUT_ROOT must not exist or be empty (semantics §8).
@@ -496,13 +509,24 @@ def generate(
     folder inside the home (the root's parent) as its cwd, and writes DSH's workspace registry
     there: initialised, one workspace per project listing its top-level session (the forks
     join through ``fork``, as they would from DSH).
+    ``phrases`` ends each user message of the v4 trees with a phrase said nowhere else
+    (``planted_phrase``), for ``search``.
     """
     if out_root.exists() and (not out_root.is_dir() or any(out_root.iterdir())):
         raise UsageError(f"{out_root} exists and is not an empty directory", path=str(out_root))
     if min(sessions, agents, depth, turns, forks, old_generation) < 0 or fork_depth < 1:
         raise UsageError("fixture counts must not be negative (and a fork chain is ≥ 1 long)")
     tree = _Tree(
-        Ids(seed), random.Random(seed), Clock(), agents, depth, turns, words, tools, open_turns
+        Ids(seed),
+        random.Random(seed),
+        Clock(),
+        agents,
+        depth,
+        turns,
+        words,
+        tools,
+        open_turns,
+        phrases,
     )
     top_level: list[str] = []
     legacy_specs: list[SessionSpec] = []
@@ -510,6 +534,7 @@ def generate(
     for i in range(sessions):
         spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=cwd_of(f"project-{i}"))
         top_level.append(spec.id)
+        tree.top_index = i
         tree.build(spec, 0, "")
         if legacy and tree.children[spec.id]:
             legacy_specs += _legacy_fork(spec, tree.children[spec.id], tree.ids, tree.clock)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .lineage import Lineage
     from .listing import SessionList
     from .relink import RelinkAllResult, RelinkSummary
+    from .search import SearchResult
 
 Progress = Callable[[int, int, str], None]
 
@@ -184,6 +185,37 @@ def list_sessions(
     listing = list_root(root, project=project, kinds=kinds, since=start, everything=everything)
     keep(root)  # its entries: a process about to leave need not free them
     return listing
+
+
+def search(
+    ctx: Context,
+    text: str,
+    *,
+    regex: bool,
+    scopes: list[str] | None,
+    inherited: bool,
+    since: str | None,
+    project: str | None,
+    limit: int,
+    now_ms: int,
+) -> SearchResult:
+    """``search``: the whole root, one pass per log."""
+    from .discovery import Root
+    from .listing import parse_since
+    from .search import search as search_root
+
+    start = None if since is None else parse_since(since, now_ms)
+    root = Root(ctx.whole_root())
+    return search_root(
+        root,
+        text,
+        regex=regex,
+        scopes=scopes,
+        inherited=inherited,
+        since=start,
+        project=project,
+        limit=limit,
+    )
 
 
 def _scope(ctx: Context, session: str | None) -> Root | Located:

@@ -53,6 +53,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
         "list-agents",
         "relink",
         "relink-all",
+        "search",
         "tree",
     ]
 

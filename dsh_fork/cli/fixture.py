@@ -62,6 +62,11 @@ def fixture(
         help="Real project folders in the home as cwds, and DSH's workspace registry beside "
         "the root (a workspace per project).",
     ),
+    phrases: bool = typer.Option(
+        False,
+        "--phrases",
+        help="End each user message with a phrase said nowhere else (to try search).",
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Write a deterministic, valid sessions root for tests and demos.
@@ -91,6 +96,7 @@ def fixture(
             torn_tails=torn_tails,
             old_generation=old_generation,
             workspaces=workspaces,
+            phrases=phrases,
             progress=_progress,
         ),
         where=out_root,

@@ -1,0 +1,107 @@
+"""``dsh-fork search``: the sessions where something was said (read-only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..collector import keep
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..search import SearchResult
+
+COLUMNS = ("session", "turn", "seq", "role", "snippet")
+
+
+def render(out: Out, result: SearchResult) -> None:
+    case = "ignoring case" if result.ignore_case else "case-sensitive"
+    scope = ", ".join(result.scopes)
+    head = (
+        f"{result.total} hits in {result.sessions_with_hits} of {result.searched} sessions "
+        f"({case}; in {scope})"
+    )
+    if not result.hits:
+        out.line(f"{result.root}: no hits ({case}; in {scope}; {result.searched} sessions)")
+        return
+    rows = [
+        (
+            hit.session,
+            hit.turn,
+            f"{hit.seq}{' (inherited)' if hit.inherited else ''}",
+            hit.role,
+            hit.snippet,
+        )
+        for hit in result.hits
+    ]
+    out.table(head, COLUMNS, rows)
+
+
+@app.command("search", short_help="Find the sessions where something was said.")
+def search_command(
+    text: str = typer.Argument(..., metavar="TEXT", help="What to look for (smart case)."),
+    regex: bool = typer.Option(False, "--regex", help="TEXT is a regular expression (Python)."),
+    scopes: list[str] | None = typer.Option(
+        None,
+        "--in",
+        metavar="WHERE",
+        help="Search only here: title, user, assistant or tool (repeatable; default all).",
+    ),
+    inherited: bool = typer.Option(
+        False,
+        "--inherited",
+        help="Also report hits in forks' and copies' inherited prefixes (once per session).",
+    ),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        metavar="WHEN",
+        help="Only sessions active since WHEN: an age (30m, 2h, 7d), an ISO date, epoch ms.",
+    ),
+    project: str | None = typer.Option(
+        None, "--project", metavar="PROJECT", help="Only this project: a dir name or a cwd."
+    ),
+    limit: int = typer.Option(
+        200, "--limit", min=1, metavar="N", help="List at most N hits (all are counted)."
+    ),
+    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """Search titles, user and assistant messages and tool calls and results of every
+    session; each hit with its session, turn (as inspect --turns counts), seq, role and a
+    one-line snippet.
+
+    Smart case: a TEXT without capitals ignores case. Text is matched as decoded, so quotes
+    and escapes match as they were typed. A fork's or copy's inherited prefix is searched
+    only in the session that wrote it (so each hit appears once), unless --inherited, or
+    that session is gone. Sessions that cannot be read are named.
+
+    \b
+    Examples:
+      dsh-fork search "flaky test" --in user
+      dsh-fork search 'timeout \\d+ ?ms' --regex --since 7d --json
+    """
+    from .. import porcelain
+    from ..ids import now_ms
+
+    out = Out(json_mode)
+    ctx = porcelain.Context.of(root_of(root))
+    out.info(f"root: {ctx.root}")
+    result = run(
+        out,
+        lambda: porcelain.search(
+            ctx,
+            text,
+            regex=regex,
+            scopes=scopes or None,
+            inherited=inherited,
+            since=since,
+            project=project,
+            limit=limit,
+            now_ms=now_ms(),
+        ),
+        where=ctx.root,
+    )
+    keep(ctx, result)
+    emit(out, result, render)
