@@ -433,6 +433,10 @@ class Root(Struct):
             if isinstance(job, str):
                 yield job
 
+    def walk(self) -> Iterator[str | SessionEntry]:
+        """``_walk``: for a pass that reads each session dir itself (``search``)."""
+        return self._walk()
+
     def _walk(self) -> Iterator[str | SessionEntry]:
         """Every candidate session dir (``<project dir>/<dir>``, as text), in order, and in
         place of a project dir that cannot be listed an entry naming it with its error."""
@@ -705,6 +709,9 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
     entry = SessionEntry._from_listing(dir_text, ())
     entry.error = not_regular(path, mode)
     return entry
+
+
+odd_generation = _odd_generation
 
 
 SPLIT_MIN_DIRS = 1000

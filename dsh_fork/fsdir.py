@@ -229,6 +229,13 @@ def regular_stat(fd: int, path: Path | str) -> os.stat_result:
 
 def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
     """Open a file by path: the last component never a link, never blocking, regular only."""
+    return open_regular_stat(path, flags, mode)[0]
+
+
+def open_regular_stat(
+    path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600
+) -> tuple[int, os.stat_result]:
+    """``open_regular``, with the ``fstat`` that proved the file regular."""
     try:
         fd = os.open(path, flags | FILE_FLAGS, mode)
     except OSError as exc:
@@ -237,7 +244,7 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600) 
         if exc.errno == errno.ENXIO:
             raise not_regular(path, stat.S_IFIFO) from None
         raise
-    return require_regular(fd, path)
+    return fd, regular_stat(fd, path)
 
 
 class DirChain:

@@ -127,10 +127,14 @@ def kind_of(entry: SessionEntry, rule: KindRule | None = None) -> HeaderKind | N
 
 
 def _matches_project(entry: SessionEntry, project: str) -> bool:
+    return project_matches(entry.project, project)
+
+
+def project_matches(project_dir: str, project: str) -> bool:
     """``--project`` is a project dir name or an absolute cwd (its project dir)."""
-    if entry.project == project:
+    if project_dir == project:
         return True
-    return is_absolute_cwd(project) and entry.project == project_key(project)
+    return is_absolute_cwd(project) and project_dir == project_key(project)
 
 
 def _mtime_ms(entry: SessionEntry) -> int:

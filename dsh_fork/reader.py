@@ -933,6 +933,11 @@ def peek_fields(generation: Generation) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
+def header_line(data: zframes.Data, frame: zframes.Frame, where: str) -> bytes:
+    """The header line of frame 0 (decoded within the header bound), checked to be one line."""
+    return _header_line(data, frame, where)
+
+
 def _header_line(data: zframes.Data, frame: zframes.Frame, where: str) -> bytes:
     plaintext = zframes.decode(data, frame, 0, zframes.MAX_HEADER_PLAINTEXT)
     if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:

@@ -26,23 +26,25 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from msgspec import Struct, field
 
 from . import frames as zframes
-from .discovery import Root, SessionEntry
+from .discovery import Root, SessionEntry, odd_generation
 from .envelopes import typed_run
 from .errors import DshForkError, IoError, UsageError
-from .fsdir import open_regular
-from .listing import _matches_project
+from .fsdir import open_regular_stat
+from .generations import SUPPORTED_VERSION, Encoding, Generation, scan_names
+from .layout import decode_segment
+from .listing import project_matches
 from .model import Facts, derive
-from .reader import _matching_lines, open_log
-from .records import Event, dig, parse_event
+from .reader import _matching_lines, check_version, header_line, open_log
+from .records import Event, Header, dig, parse_event, parse_header
 from .results import ReadOnly, rows
 from .source import FileBytes, identity_of
 from .times import iso_ms
@@ -54,7 +56,8 @@ SCOPE_TYPES: dict[str, frozenset[str]] = {
     "assistant": frozenset(("assistant/message",)),
     "tool": frozenset(("assistant/message", "tool/result")),
 }
-FACT_TYPES = frozenset(("session/end-seed", "session/title"))
+_END_SEED, _TITLE = "session/end-seed", "session/title"
+FACT_TYPES = frozenset((_END_SEED, _TITLE))
 """Parsed wherever they are: the cut (tagged end-seed markers) and the session's title."""
 DEFAULT_LIMIT = 200
 SNIPPET_WIDTH = 100
@@ -84,6 +87,13 @@ class Matcher:
         except re.error as exc:
             raise UsageError(f"--regex {text!r} is not a regular expression: {exc}") from None
         self.tokens: list[bytes] | None = None if regex else self._tokens(text)
+        self._types: dict[frozenset[str], frozenset[str]] = {}
+
+    def types_of(self, scopes: frozenset[str]) -> frozenset[str]:
+        """The event types that hold the texts of ``scopes`` (made once per run)."""
+        if scopes not in self._types:
+            self._types[scopes] = frozenset().union(*(SCOPE_TYPES[s] for s in scopes))
+        return self._types[scopes]
 
     def _tokens(self, text: str) -> list[bytes] | None:
         runs = _UNSAFE.split(text)
@@ -250,18 +260,19 @@ class _Fold:
 
     def __init__(
         self,
-        entry: SessionEntry,
+        header: Header,
         matcher: Matcher,
         scopes: frozenset[str],
         cap: int,
         keep_prefix: Callable[[], bool],
     ) -> None:
-        header = entry.header
-        assert header is not None
+        self.header = header
         self.facts = Facts(header, 0)
         self.matcher = matcher
+        self.tokens = matcher.tokens
+        self.lower = matcher.ignore_case
         self.scopes = scopes
-        self.wanted = frozenset().union(*(SCOPE_TYPES[s] for s in scopes))
+        self.wanted = matcher.types_of(scopes)
         self.turns = 0
         self.cap = cap
         self.keep_prefix = keep_prefix
@@ -303,82 +314,141 @@ class _Fold:
 
     def frame(self, plaintext: bytes, lines: list[bytes], first: int, types: list[str]) -> None:
         """The quick form: a frame's checked lines and their types; only the lines of the
-        facts and the candidates are parsed."""
-        for kind in FACT_TYPES:
-            k = -1
-            while kind in types[k + 1 :]:
-                k = types.index(kind, k + 1)
-                self.fact(parse_event(lines[k], first + k))
-        tokens = self.matcher.tokens
-        wanted = self.wanted
-        if tokens is None:
-            candidates: Iterator[int] = (k for k, kind in enumerate(types) if kind in wanted)
-        elif wanted.isdisjoint(types):
-            candidates = iter(())
-        else:
-            hay = plaintext.lower() if self.matcher.ignore_case else plaintext
-            candidates = (k for k, _ in _matching_lines(hay, tokens) if types[k] in wanted)
+        facts and the candidates are parsed. Called once per frame of every log: the common
+        frame (no fact, no candidate) costs a few scans in C."""
         base = self.turns
+        self.turns = base + types.count("turn/start")
+        if _END_SEED in types or _TITLE in types:
+            for k, kind in enumerate(types):
+                if kind in FACT_TYPES:
+                    self.fact(parse_event(lines[k], first + k))
+        tokens = self.tokens
+        if tokens is None:
+            candidates = [k for k, kind in enumerate(types) if kind in self.wanted]
+        else:
+            hay = plaintext.lower() if self.lower else plaintext
+            for token in tokens:
+                if token in hay:
+                    break
+            else:
+                return
+            candidates = [k for k, _ in _matching_lines(hay, tokens) if types[k] in self.wanted]
         for k in candidates:
             turn = base + types[:k].count("turn/start")
             self.search(parse_event(lines[k], first + k), turn)
-        self.turns = base + types.count("turn/start")
 
 
-def _quick(path: str, fold: _Fold) -> bool:
-    """The pass over a log of the plain shape; False (nothing kept) when it is not."""
-    fd = open_regular(path)
-    source = FileBytes(fd, Path(path), identity_of(os.fstat(fd)))
+WHOLE_READ_BYTES = 4 << 20
+"""Logs up to this size are read with one ``read`` and decoded from memory; larger ones in
+windows (``FileBytes``), so memory stays bounded whatever the log's size."""
+
+
+MakeFold = Callable[[Header], _Fold]
+
+
+class _Log(NamedTuple):
+    """A session's chosen generation as text: a root of 10,000 sessions builds no ``Path``
+    for the logs of the plain shape."""
+
+    path: str
+    version: int
+    encoding: Encoding
+
+    def generation(self) -> Generation:
+        return Generation(Path(self.path), self.version, self.encoding)
+
+
+def _quick(log: _Log, make: MakeFold) -> _Fold | None:
+    """The pass over a log of the plain shape, its header read from the same bytes; None
+    when it is not of that shape (the full read then decides)."""
+    if log.encoding != "zstd" or log.version < 2:
+        return None
+    path = log.path
+    fd, st = open_regular_stat(path)  # never through a link, never blocking, regular only
+    source = None
     try:
-        scan = zframes.scan_file(source)
+        data: zframes.Data
+        if st.st_size <= WHOLE_READ_BYTES:
+            data = os.read(fd, st.st_size + 1)
+            if len(data) != st.st_size:
+                return None  # changing under the read: the full read decides
+            scan = zframes.scan(data)
+        else:
+            data = source = FileBytes(fd, Path(path), identity_of(st))  # closes the descriptor
+            scan = zframes.scan_file(source)
         if scan.torn_start is not None or not scan.frames:
-            return False
-        seq = 0
-        for plaintext in zframes.decode_many(source, scan.frames[1:], 1):
-            if not plaintext or plaintext[-1] != 0x0A:
-                return False
-            lines = plaintext[:-1].split(b"\n")
-            typed = typed_run(lines)
-            if typed is None or typed[0] != seq:
-                return False
-            fold.frame(plaintext, lines, seq, typed[1])
-            seq += len(lines)
-        return True
+            return None
+        # one libzstd call for the usual header frame, as a listing reads it
+        line = (zframes.first_line(data) if isinstance(data, bytes) else None) or header_line(
+            data, scan.frames[0], path
+        )
+        fold = make(parse_header(line, log.version, where=path))
+        body = scan.frames[1:]
+        if source is None:
+            assert isinstance(data, bytes)
+            plaintexts: Iterable[bytes] = zframes.decode_all(data, body, 1)
+        else:
+            plaintexts = zframes.decode_many(source, body, 1)
+        return fold if _fold_frames(plaintexts, fold) else None
     finally:
-        source.close()
+        if source is None:
+            os.close(fd)
+        else:
+            source.close()
 
 
-def _full(entry: SessionEntry, fold: _Fold) -> None:
+def _fold_frames(plaintexts: Iterable[bytes], fold: _Fold) -> bool:
+    seq = 0
+    for plaintext in plaintexts:
+        if not plaintext or plaintext[-1] != 0x0A:
+            return False
+        lines = plaintext[:-1].split(b"\n")
+        typed = typed_run(lines)
+        if typed is None or typed[0] != seq:
+            return False
+        fold.frame(plaintext, lines, seq, typed[1])
+        seq += len(lines)
+    return True
+
+
+def _full(log_: _Log, make: MakeFold) -> _Fold:
     """The reader's pass: any generation and shape; a defect raises and names the log."""
-    generation = entry.generation
-    assert generation is not None
+    generation = log_.generation()
     streamed = generation.encoding == "zstd" and generation.version >= 2
     log = open_log(generation, stream=streamed, index=streamed)
+    fold = make(log.header)
     for event in log.events():
         fold.event(event)
+    return fold
 
 
 # -- the root ---------------------------------------------------------------------------------
 
 
 class _Writers:
-    """Whether the session that wrote a seeded log's prefix is in the root and readable."""
+    """Whether the session that wrote a seeded log's prefix is in the root. A fork's parent
+    is looked up by its id; a copy's original by provenance, over the root's listing (made
+    only when a copy has hits in its prefix)."""
 
     def __init__(self, root: Root) -> None:
         self.root = root
         self.originals: dict[str, SessionEntry | None] = {}
+        self._by_dir: dict[str, SessionEntry] | None = None
 
     def _readable(self, session_id: str) -> SessionEntry | None:
         entry = self.root.entry(session_id)
         return entry if entry is not None and entry.header is not None else None
 
-    def present(self, entry: SessionEntry) -> bool:
-        header = entry.header
-        if header is None or header.parent_session is None:
+    def present(self, header: Header, dir_text: str) -> bool:
+        parent = header.parent_session
+        if parent is None:
             return False
         if header.origin != "subagent":  # a fork: its parent wrote the prefix
-            return self._readable(header.parent_session) is not None
-        return self.original(entry) is not None
+            return bool(self.root.dirs_of(parent))
+        if self._by_dir is None:
+            self._by_dir = {e.dir_text: e for e in self.root.entries()}
+        entry = self._by_dir.get(dir_text)
+        return entry is not None and self.original(entry) is not None
 
     def _source(self, entry: SessionEntry) -> SessionEntry | None:
         """Whose subagents ``entry``'s copies are copies of: a fork's parent, a copy's
@@ -450,39 +520,36 @@ def search(
     hits: list[Hit] = []
     unreadable: list[Unreadable] = []
     searched = total = with_hits = 0
-    for entry in root.entries():
-        if project is not None and not _matches_project(entry, project):
-            continue
-        path = entry.log_path
-        if since is not None:
+    for where, log, listed in _sessions(root, project):
+        error = listed
+        if log is not None and since is not None:
             try:
-                if path is None or os.stat(path).st_mtime_ns // 1_000_000 < since:
+                if os.stat(log.path).st_mtime_ns // 1_000_000 < since:
                     continue
             except OSError:
                 pass  # named below, when it is read
-        where = entry.dir_text
-        error = entry.error
-        if error is None and (entry.header is None or path is None):
-            error = DshForkError(f"{where}: no session log")
         fold = None
-        if error is None:
-            assert path is not None
-            keep_prefix = _memo(partial(_keeps_prefix, writers, entry, inherited))
-            fold = _Fold(entry, matcher, wanted, limit, keep_prefix)
+        if log is not None:
+
+            def make(header: Header, where: str = where) -> _Fold:
+                keep = _memo(partial(_keeps_prefix, writers, header, where, inherited))
+                return _Fold(header, matcher, wanted, limit, keep)
+
             try:
-                if not _quick(path, fold):
-                    fold = _Fold(entry, matcher, wanted, limit, keep_prefix)
-                    _full(entry, fold)
+                if log.version > SUPPORTED_VERSION:
+                    check_version(log.generation())
+                fold = _quick(log, make) or _full(log, make)
             except DshForkError as exc:
                 error = exc
             except OSError as exc:
-                error = IoError.of(exc, "read", where=path)
-        if error is not None or fold is None:
+                error = IoError.of(exc, "read", where=log.path)
+        if fold is None:
             assert error is not None
-            unreadable.append(Unreadable(entry.id, where, error.code, error.message))
+            named = decode_segment(os.path.basename(where))
+            unreadable.append(Unreadable(named, where, error.code, error.message))
             continue
         searched += 1
-        found = _keep(fold, entry)
+        found = _keep(fold, where)
         if found:
             with_hits += 1
             total += len(found) + fold.more
@@ -518,9 +585,37 @@ def search(
     )
 
 
-def _keeps_prefix(writers: _Writers, entry: SessionEntry, inherited: bool) -> bool:
+def _keeps_prefix(writers: _Writers, header: Header, where: str, inherited: bool) -> bool:
     """Whether hits in the inherited prefix are reported with this log."""
-    return inherited or not writers.present(entry)
+    return inherited or not writers.present(header, where)
+
+
+def _sessions(
+    root: Root, project: str | None
+) -> Iterator[tuple[str, _Log | None, DshForkError | None]]:
+    """(session dir, its chosen generation or why it has none) of every session dir of the
+    root, in order: no header is read here (the pass reads it from the log's own bytes)."""
+    for job in root.walk():
+        if not isinstance(job, str):  # a project dir that cannot be listed
+            if project is None or project_matches(job.project, project):
+                yield job.dir_text, None, job.error
+            continue
+        if project is not None and not project_matches(
+            os.path.basename(os.path.dirname(job)), project
+        ):
+            continue
+        try:
+            names = scan_names(job)
+        except OSError as exc:
+            yield job, None, IoError.of(exc, "list", where=job)
+            continue
+        if not names:
+            odd = odd_generation(job)
+            if odd is not None and odd.error is not None:
+                yield job, None, odd.error
+            continue
+        version, encoding, name = names[-1]
+        yield job, _Log(job + os.sep + name, version, encoding), None
 
 
 def _memo(decide: Callable[[], bool]) -> Callable[[], bool]:
@@ -535,14 +630,14 @@ def _memo(decide: Callable[[], bool]) -> Callable[[], bool]:
     return once
 
 
-def _keep(fold: _Fold, entry: SessionEntry) -> list[Hit]:
+def _keep(fold: _Fold, where: str) -> list[Hit]:
     """The log's hits, those of its inherited prefix left to the session that wrote it."""
     cut = fold.facts.cut
-    session = entry.id or os.path.basename(entry.dir_text)
+    session = fold.header.id
     kept: list[Hit] = []
     for seq, turn, role, text in fold.hits:
         is_inherited = seq < cut
         if is_inherited and not fold.keep_prefix():
             continue
-        kept.append(Hit(session, entry.dir_text, turn, seq, role, text, is_inherited))
+        kept.append(Hit(session, where, turn, seq, role, text, is_inherited))
     return kept

@@ -33,6 +33,8 @@ CASES = (
     "du, 200 sessions",
     "tree, 10 relinked forks",
     "du, 10 relinked forks",
+    "search a phrase, 200 sessions",
+    "search a common word, 200 sessions",
 )
 
 

@@ -8,6 +8,7 @@ data set once per run, and judge goals with ``bench.judged`` (quick runs judge n
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import zstandard
 
-from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_log_file
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, planted_phrase, write_log_file
 from dsh_fork.fork import fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
 from dsh_fork.layout import session_dir
@@ -481,6 +482,115 @@ def relinked(bench: Bench) -> list[Row]:
     return rows
 
 
+# -- search ---------------------------------------------------------------------------------
+
+SEARCH_ROOTS = {Profile.QUICK: (200,), Profile.DEFAULT: (10_000,), Profile.LARGE: (10_000,)}
+SEARCH_FAMILIES = 20  # fixture trees (two subagents, a relinked fork) among the sessions
+
+
+def phrase_root(bench: Bench, total: int) -> Path:
+    """``total`` sessions whose every user message ends with a phrase said nowhere else: fork
+    families from the fixture generator, then sessions of three tool turns written directly."""
+
+    def build() -> Path:
+        log(f"building a root of {total} sessions with planted phrases …")
+        root = bench.base / f"phrases-{total}" / "sessions"
+        families = min(SEARCH_FAMILIES, total // 10)
+        summary = generate(
+            root, sessions=families, agents=2, turns=3, tools=True, forks=1, relinked=True,
+            phrases=True, seed=9,
+        )  # fmt: skip
+        ids, clock = Ids(10), Clock()
+        for i in range(total - summary.sessions):
+            spec = SessionSpec(id=ids(), created_at=clock(), cwd=f"/bench/search-{i % 100}")
+            for turn in range(1, 4):
+                text = f"filler words for a search {planted_phrase(1000 + i, '', turn)}"
+                spec.tool_turn(clock, text, "bash", [f"grep -n thing file-{i}-{turn}.py"])
+                spec.flush()
+            where = session_dir(root, spec.id, spec.cwd)
+            write_log_file(where / CURRENT_NAME, spec.header_line(), spec.frame_plaintexts())
+            (where / LOCK_NAME).touch()
+        os.sync()
+        return root
+
+    built = bench.cached(f"phrases-{total}", build)
+    assert isinstance(built, Path)
+    return built
+
+
+READ_FLOOR = (
+    "import os,sys\n"
+    "from dsh_fork import frames as z\n"
+    "from dsh_fork.envelopes import checked_run\n"
+    "r=sys.argv[1]\n"
+    "none=frozenset()\n"
+    "for p in sorted(os.listdir(r)):\n"
+    "  for s in sorted(os.listdir(os.path.join(r,p))):\n"
+    "    d=os.path.join(r,p,s)\n"
+    "    names=sorted(n for n in os.listdir(d) if n.startswith('session.v'))\n"
+    "    with open(os.path.join(d,names[-1]),'rb') as h: data=h.read()\n"
+    "    scan=z.scan(data)\n"
+    "    for t in z.decode_all(data,scan.frames[1:],1):\n"
+    "      checked_run(t[:-1].split(b'\\n'),none)\n"
+)
+"""The read floor of issue 34: decompress every frame in-process, split the lines, check
+each line's envelope (msgspec), over the same logs; no parsing of any event."""
+
+
+def cpu_run(bench: Bench, argv: Sequence[str]) -> tuple[float, float, float]:
+    """(CPU seconds user+sys, wall, peak MB) of one run: the children's CPU counted by the
+    harness process around it (the launcher's own start-up included, on both sides)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = bench.run(argv)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, run.wall, run.rss_mb
+
+
+def searches(bench: Bench) -> list[Row]:
+    """search of a rare phrase and of a common word over the whole root, in CPU time against
+    the read floor of the same logs, measured alternately in the same run."""
+    rows = []
+    for total in SEARCH_ROOTS[bench.profile]:
+        root = phrase_root(bench, total)
+        floor_argv = [bench.install.python, "-c", READ_FLOOR, str(root)]
+        empty = [bench.install.python, "-c", "pass"]
+        for what, text, judged in (
+            ("a phrase", planted_phrase(7, "", 2), True),
+            ("a common word", "thing", False),  # 60,000 hits to decode: reported
+        ):
+            case = f"search {what}, {total} sessions"
+            log(f"{case} …")
+            argv = bench.dsh(root, "search", text, "--json")
+            if not bench.quick:
+                cpu_run(bench, argv)  # warm-up
+            ours, floor, idle = [], [], []
+            for _ in range(bench.repeat):
+                idle.append(cpu_run(bench, empty))
+                floor.append(cpu_run(bench, floor_argv))
+                ours.append(cpu_run(bench, argv))
+            start = statistics.median(c for c, _, _ in idle)
+            mine = statistics.median(c for c, _, _ in ours) - start
+            base = statistics.median(c for c, _, _ in floor) - start
+            wall = statistics.median(w for _, w, _ in ours)
+            figures = Figures(wall, max(m for _, _, m in ours))
+            ratio = mine / base if base > 0 else float("inf")
+            rows.append(
+                row(
+                    bench,
+                    case,
+                    f"CPU {mine:.2f} s (wall {wall:.2f} s)",
+                    figures,
+                    f"read floor CPU {base:.2f} s (wall "
+                    f"{statistics.median(w for _, w, _ in floor):.2f} s)",
+                    f"{ratio:.2f}× CPU",
+                    "≤ 1.5× read floor (CPU)" if judged else "report",
+                    ratio <= 1.5 if judged else None,
+                )
+            )
+    return rows
+
+
 CASES: tuple[Callable[[Bench], list[Row]], ...] = (
     startup,
     forks,
@@ -488,4 +598,5 @@ CASES: tuple[Callable[[Bench], list[Row]], ...] = (
     relinks,
     listings,
     relinked,
+    searches,
 )
