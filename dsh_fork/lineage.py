@@ -28,6 +28,7 @@ from .kinds import KindRule, header_kind, settled_kind, unsettled
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
+from .registry import Placement
 from .results import ReadOnly, rows
 
 Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
@@ -89,6 +90,10 @@ class Node(Struct):
     flags: list[str] = field(default_factory=list)
     children: list[Node] = field(default_factory=list)
     facts: Facts | None = None
+    workspace: Placement | None = None
+    """The workspace of DSH's registry that lists it (``with_workspaces``), else None."""
+    archived: bool = False
+    pinned: bool = False
 
     @property
     def session_dir(self) -> Path:
@@ -132,6 +137,9 @@ class Node(Struct):
             "error": self.error,
             "flags": self.flags,
             "children": [child.path for child in children] if children else [],
+            "workspace": None if self.workspace is None else self.workspace.to_json(),
+            "archived": self.archived,
+            "pinned": self.pinned,
         }
 
 
@@ -532,6 +540,23 @@ def lineage(
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")
     return result
+
+
+def with_workspaces(found: Lineage) -> Lineage:
+    """Each node's workspace, archived and pinned state, from the registry of the root's
+    home (``registry``); nothing when the home has none."""
+    from . import registry
+
+    reg = registry.load(registry.home_of(found.root))
+    if reg.state == "refused":
+        found.warnings.append(f"the workspace registry {reg.path} is not used: {reg.reason}")
+    if not reg.present:
+        return found
+    for node in found.nodes():
+        header = node.entry.header
+        node.workspace = reg.placement(node.id, None if header is None else header.cwd)
+        node.archived, node.pinned = reg.archived(node.id), reg.pinned(node.id)
+    return found
 
 
 def lineage_of(

@@ -18,6 +18,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from . import registry
 from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
 from .kinds import HEADER_KINDS, HeaderKind, KindRule, header_kind
@@ -25,6 +26,7 @@ from .layout import is_absolute_cwd, project_key
 from .leanlog import ROW_TYPES, glance, label_of
 from .model import derive
 from .reader import open_log
+from .registry import Placement
 from .results import rows
 from .times import iso_ms
 
@@ -59,6 +61,10 @@ class SessionRow(Struct):
     """Bytes on disk of its session dir (None: not measured)."""
     agent_bytes: int = 0
     """Bytes on disk of the dirs of the subagents and copies counted under it."""
+    workspace: Placement | None = None
+    """The workspace of DSH's registry that lists it (``registry``), else None."""
+    archived: bool = False
+    pinned: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +88,9 @@ class SessionRow(Struct):
             "bytes": self.bytes,
             "agentBytes": self.agent_bytes,
             "error": self.error,
+            "workspace": None if self.workspace is None else self.workspace.to_json(),
+            "archived": self.archived,
+            "pinned": self.pinned,
         }
 
 
@@ -95,6 +104,8 @@ class SessionList(Struct):
     warnings: list[str] = field(default_factory=list)
     everything: bool = True
     """Every session is a row (``--all`` or ``--kind``), else the conversations."""
+    workspaces: bool = False
+    """Whether the root's home has a workspace registry to show (a column of its own)."""
     schema_version = 3
     """2: the kind ``linked`` (a session naming a parent that is neither a fork nor a
     subagent, once listed as a fork), and no kind (null) for a header that cannot be read.
@@ -156,16 +167,21 @@ def list_sessions(
     kinds: list[str] | None = None,
     since: int | None = None,
     everything: bool = False,
+    workspace: str | None = None,
 ) -> SessionList:
     """The sessions of ``root`` that pass the filters: the conversations and the sessions no
-    conversation holds, or, with ``everything`` or ``kinds``, every session."""
+    conversation holds, or, with ``everything`` or ``kinds``, every session; each with its
+    workspace when the root's home has DSH's registry (``workspace`` keeps the sessions the
+    workspace of that title, or path, lists)."""
     for wanted in kinds or ():
         if wanted not in KINDS:
             raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
     everything = everything or bool(kinds)
     # Every row's log is read in the listing's own read when every session is a row; a
     # filtered listing (or the conversations) reads headers only, then the logs it shows.
-    whole = everything and project is None and not kinds and since is None
+    reg = registry.load(registry.home_of(root.path))
+    listed = None if workspace is None else _listed_by(reg, workspace)
+    whole = everything and project is None and not kinds and since is None and listed is None
     entries = root.entries(glance=whole, sizes=True)
     rule = KindRule(root)
     kinds_of = [kind_of(entry, rule) for entry in entries]
@@ -180,6 +196,8 @@ def list_sessions(
             tally[0 if kind == "subagent" else 1] += 1
             tally[2] += 0 if entry.sizes is None else entry.sizes[0]
         if project is not None and not _matches_project(entry, project):
+            continue
+        if listed is not None and entry.id not in listed:
             continue
         if kinds and kind not in kinds:
             continue
@@ -200,11 +218,33 @@ def list_sessions(
             f"{len(unreadable)} sessions could not be read (their rows name the error; "
             "`dsh-fork doctor` says more)"
         )
+    if reg.present:
+        for row in rows:
+            row.workspace = reg.placement(row.id, row.cwd)
+            row.archived, row.pinned = reg.archived(row.id), reg.pinned(row.id)
+    if reg.state == "refused":
+        warnings.append(f"the workspace registry {reg.path} is not used: {reg.reason}")
     # newest activity first, then by id: two stable sorts on C key getters, no tuple per row
     rows.sort(key=attrgetter("id"))
     rows.sort(key=attrgetter("last_activity"), reverse=True)
     filters = {"project": project, "kinds": kinds or None, "since": since}
-    return SessionList(str(root.path), rows, len(entries), filters, warnings, everything)
+    if workspace is not None:
+        filters["workspace"] = workspace
+    listing = SessionList(str(root.path), rows, len(entries), filters, warnings, everything)
+    listing.workspaces = reg.present
+    return listing
+
+
+def _listed_by(reg: registry.Registry, name: str) -> set[str]:
+    """``--workspace NAME``: the ids listed by the workspaces titled NAME (or whose path is
+    NAME); a name no workspace has is refused with the names there are."""
+    if not reg.present:
+        raise UsageError(f"--workspace {name}: the workspace registry {reg.path}: {reg.reason}")
+    records = reg.by_name(name)
+    if not records:
+        titles = ", ".join(sorted({r.title for r in reg.records}))
+        raise UsageError(f"no workspace is titled {name!r} or has that path; titles: {titles}")
+    return {session for record in records for session in record.session_ids}
 
 
 def _owners(entries: list[SessionEntry], kinds_of: list[HeaderKind | None]) -> dict[str, str]:

@@ -174,6 +174,7 @@ def list_sessions(
     since: str | None,
     now_ms: int,
     everything: bool = False,
+    workspace: str | None = None,
 ) -> SessionList:
     from .collector import keep
     from .discovery import Root
@@ -182,7 +183,14 @@ def list_sessions(
 
     start = None if since is None else parse_since(since, now_ms)
     root = Root(ctx.whole_root())
-    listing = list_root(root, project=project, kinds=kinds, since=start, everything=everything)
+    listing = list_root(
+        root,
+        project=project,
+        kinds=kinds,
+        since=start,
+        everything=everything,
+        workspace=workspace,
+    )
     keep(root)  # its entries: a process about to leave need not free them
     return listing
 
@@ -249,9 +257,10 @@ def tree(
             f"--format {fmt} prints a picture's source, not a JSON document; "
             "give --format or --json, not both"
         )
+    from .lineage import with_workspaces
     from .tree import narrow
 
-    return narrow(lineage_of(_scope(ctx, session), session=session), depth)
+    return narrow(with_workspaces(lineage_of(_scope(ctx, session), session=session)), depth)
 
 
 def diff(ctx: Context, a: str, b: str) -> DiffResult:

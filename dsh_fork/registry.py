@@ -64,6 +64,22 @@ class Record(NamedTuple):
     session_ids: tuple[str, ...]
 
 
+class Placement(NamedTuple):
+    """Where a listing shows a session: the record that lists it, and whether it is a
+    member there (its ``realpath(cwd)`` is the record's path; else it moved away)."""
+
+    id: str
+    title: str
+    path: str
+    member: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "path": self.path, "member": self.member}
+
+    def text(self) -> str:
+        return self.title if self.member else f"{self.title} (moved)"
+
+
 class Change(NamedTuple):
     """Put ``session`` into the record ``target`` (and out of every other), or with
     ``target=None`` take it out of every record."""
@@ -154,6 +170,14 @@ class Registry:
         """The membership rule (§1.2): listed, and ``realpath(cwd)`` is the record's path."""
         record = self.listing(session_id)
         return record is not None and real_cwd(cwd) == record.path
+
+    def placement(self, session_id: str, cwd: str | None) -> Placement | None:
+        """The record listing the session and whether it is a member there; None when no
+        record lists it (DSH shows it as Ungrouped, if it is visible)."""
+        record = self.listing(session_id)
+        if record is None:
+            return None
+        return Placement(record.id, record.title, record.path, real_cwd(cwd) == record.path)
 
     def describe(self) -> str:
         """Why no edit may be written, as a warning's tail."""

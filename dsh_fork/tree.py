@@ -39,6 +39,10 @@ def describe(node: Node) -> str:
     if node.turns is not None:
         turns = f"{node.turns} turn" + ("" if node.turns == 1 else "s")
         parts.append(turns + (", open turn" if node.open_turn else ""))
+    if node.workspace is not None:
+        moved = "" if node.workspace.member else " (moved away)"
+        parts.append(f"workspace {node.workspace.title!r}{moved}")
+    parts += [name for name, on in (("archived", node.archived), ("pinned", node.pinned)) if on]
     if node.flags:
         parts.append("[" + "; ".join(node.flags) + "]")
     return "  ".join(parts)

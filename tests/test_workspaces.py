@@ -572,3 +572,88 @@ def test_fixture_without_workspaces_is_unchanged(tmp_path: Path) -> None:
     assert "registry" not in summary.to_json()
     assert sorted(p.name for p in root.parent.iterdir()) == ["sessions"]
     assert [p.name for p in root.iterdir()] == ["--fixture-project-0--"]
+
+
+# -- list and tree ------------------------------------------------------------------------------
+
+
+def test_list_shows_each_sessions_workspace_and_filters_by_it(tmp_path: Path) -> None:
+    root, (top, other) = home_with_registry(tmp_path)
+    doc = doc_of(root)
+    doc["global"]["archivedSessionIds"] = [other]
+    doc["global"]["pinnedSessionIds"] = [top]
+    write_doc(root, doc)
+
+    listing = run_cli("--root", root, "list", "--all", "--json")
+    text = run_cli("--root", root, "list")
+    only = run_cli("--root", root, "list", "--workspace", "project-1", "--json")
+    by_path = run_cli(
+        "--root", root, "list", "--workspace", record_of(root, "project-1")["path"], "--json"
+    )
+
+    rows = {row["id"]: row for row in listing.json()["sessions"]}
+    assert rows[top]["workspace"]["title"] == "project-0"
+    assert rows[top]["workspace"]["member"] is True
+    assert (rows[top]["pinned"], rows[top]["archived"]) == (True, False)
+    assert (rows[other]["pinned"], rows[other]["archived"]) == (False, True)
+    agents = [row for row in rows.values() if row["kind"] == "subagent"]
+    assert agents and all(row["workspace"] is None for row in agents)
+    header = text.stdout.splitlines()[1].split()
+    assert header[:4] == ["id", "kind", "title", "workspace"]
+    assert any(top in line and "project-0 [pinned]" in line for line in text.stdout.splitlines())
+    assert [row["id"] for row in only.json()["sessions"]] == [other]
+    assert only.json()["filters"]["workspace"] == "project-1"
+    assert by_path.json()["sessions"] == only.json()["sessions"]
+
+
+def test_list_marks_a_session_whose_cwd_left_its_workspace(tmp_path: Path) -> None:
+    root, (top, _) = home_with_registry(tmp_path)
+    doc = doc_of(root)
+    record = next(r for r in doc["tables"]["workspaces"].values() if r["title"] == "project-0")
+    record["path"] = str(tmp_path)
+    write_doc(root, doc)
+
+    text = run_cli("--root", root, "list")
+
+    assert any(top in line and "project-0 (moved)" in line for line in text.stdout.splitlines())
+
+
+def test_list_of_an_unknown_workspace_is_usage(tmp_path: Path) -> None:
+    root, _ = home_with_registry(tmp_path)
+
+    result = run_cli("--root", root, "list", "--workspace", "nope")
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: no workspace is titled 'nope' or has that path; titles: project-0, project-1\n"
+    )
+
+
+def test_list_without_a_registry_has_no_workspace_column(tmp_path: Path) -> None:
+    root = tmp_path / "home" / "sessions"
+    generate(root, sessions=1)
+
+    text = run_cli("--root", root, "list")
+    listing = run_cli("--root", root, "list", "--json")
+
+    assert "workspace" not in text.stdout.splitlines()[1]
+    assert all(row["workspace"] is None for row in listing.json()["sessions"])
+
+
+def test_tree_shows_each_sessions_workspace(tmp_path: Path) -> None:
+    root, (top, _) = home_with_registry(tmp_path)
+    doc = doc_of(root)
+    doc["global"]["archivedSessionIds"] = [top]
+    write_doc(root, doc)
+
+    text = run_cli("--root", root, "tree")
+    document = run_cli("--root", root, "tree", "--json").json()
+
+    (line,) = [line for line in text.stdout.splitlines() if line.startswith(top)]
+    assert line.endswith("2 turns  workspace 'project-0'  archived")
+    node = next(n for n in document["nodes"] if n["id"] == top)
+    assert (node["workspace"]["title"], node["archived"], node["pinned"]) == (
+        "project-0",
+        True,
+        False,
+    )

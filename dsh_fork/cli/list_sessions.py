@@ -10,7 +10,7 @@ from ..collector import keep
 from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
-    from ..listing import SessionList
+    from ..listing import SessionList, SessionRow
 
 COLUMNS = (
     "id",
@@ -40,22 +40,36 @@ def render(out: Out, listing: SessionList, exact: bool = False) -> None:
         if row.error is not None:
             title = f"unreadable: {row.error['code']}"
         size = None if row.bytes is None else row.bytes + row.agent_bytes
-        rows.append(
-            (
-                row.id,
-                row.kind or "?",
-                title,
-                row.turns,
-                iso(row.last_activity),
-                row.forks,
-                row.subagents,
-                row.copies,
-                size if exact or size is None else human_size(size),
-                row.cwd,
-            )
-        )
+        cells = [
+            row.id,
+            row.kind or "?",
+            title,
+            row.turns,
+            iso(row.last_activity),
+            row.forks,
+            row.subagents,
+            row.copies,
+            size if exact or size is None else human_size(size),
+            row.cwd,
+        ]
+        if listing.workspaces:
+            cells.insert(3, workspace_cell(row))
+        rows.append(cells)
+    columns = list(COLUMNS)
+    if listing.workspaces:  # the root's home has DSH's workspace registry
+        columns.insert(3, "workspace")
     what = f"{shown} {noun}" if listing.everything else _conversations(listing)
-    out.table(f"{what} in {listing.root}", COLUMNS, rows)
+    out.table(f"{what} in {listing.root}", columns, rows)
+
+
+def workspace_cell(row: SessionRow) -> str | None:
+    """The workspace as DSH's UI groups the session: its title (``(moved)`` when the cwd
+    is no longer the workspace's), and whether it is archived or pinned."""
+    text = None if row.workspace is None else row.workspace.text()
+    flags = [name for name, on in (("archived", row.archived), ("pinned", row.pinned)) if on]
+    if flags:
+        text = " ".join([text or "-", *(f"[{flag}]" for flag in flags)])
+    return text
 
 
 def _conversations(listing: SessionList) -> str:
@@ -90,6 +104,12 @@ def list_command(
         False, "--all", "-a", help="Every session: subagents and copies too, each a row."
     ),
     exact: bool = typer.Option(False, "--bytes", "-b", help="Sizes in exact bytes."),
+    workspace: str | None = typer.Option(
+        None,
+        "--workspace",
+        metavar="NAME",
+        help="Only the sessions DSH's workspace NAME lists (its title, or its path).",
+    ),
     json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -106,7 +126,10 @@ def list_command(
     session by fork), subagent (a session DSH spawned for a parent), copy (a subagent
     written by relink or fork: a copy of another subagent), linked (names a parent but is
     neither); ? when the header cannot be read. Last activity is the log's modification
-    time; forks counts the fork children whose parent it is. --json has exact bytes.
+    time; forks counts the fork children whose parent it is. --json has exact bytes. When
+    the root's home has DSH's workspace registry, a workspace column shows the workspace
+    that lists each session ("(moved)": its cwd is no longer that workspace's path;
+    [archived], [pinned]); --workspace NAME keeps the sessions it lists.
 
     \b
     Examples:
@@ -117,7 +140,7 @@ def list_command(
     from ..collector import paused_gc
 
     with paused_gc():  # rows and headers hold no cycle: nothing for the collector to walk
-        _list(project, kind, since, everything, exact, json_mode, root)
+        _list(project, kind, since, everything, exact, json_mode, root, workspace)
 
 
 def _list(
@@ -128,6 +151,7 @@ def _list(
     exact: bool,
     json_mode: bool,
     root: str | None,
+    workspace: str | None = None,
 ) -> None:
     from .. import porcelain
     from ..ids import now_ms
@@ -144,6 +168,7 @@ def _list(
             since=since,
             now_ms=now_ms(),
             everything=everything,
+            workspace=workspace,
         ),
         where=ctx.root,
     )
