@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 
-from . import inbox, seeded
+from . import inbox, seeded, titles
 from .discovery import Located, Root, locate
 from .errors import (
     DshForkError,
@@ -76,6 +76,10 @@ class ForkResult(Struct):
     """Inherited pending items canceled per target (``--drop-inherited-inbox``), else None."""
     workspace: WorkspaceJoin | None = None
     """The workspace the child joined, or why none (dsh-world §1.4)."""
+    title: str | None = None
+    """The title appended to the child (``titles.fork_title``); None: no title event."""
+    source_title: str | None = None
+    """The source's latest title, what DSH's rule increases."""
 
     def partial(self) -> Partial | None:
         """PARTIAL (exit 10) when the child was written but part of its subagent tree was
@@ -94,6 +98,8 @@ class ForkResult(Struct):
                 "agentPreset": self.agent_preset,
                 "createdAt": self.created_at,
                 "createdAtIso": iso_ms(self.created_at),
+                "title": self.title,
+                "sourceTitle": self.source_title,
                 **self._options_json(),
             },
             "agents": None if self.agents is None else self.agents.to_json(),
@@ -127,6 +133,8 @@ def fork(
     cwd: str | None = None,
     drop_inbox: bool = False,
     workspace: bool = True,
+    title: str | None = None,
+    keep_title: bool = False,
 ) -> ForkResult:
     """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
 
@@ -134,8 +142,9 @@ def fork(
     run (relink), while the child's lock is held from its publication to the end. ``cwd``
     moves the child into another workspace, and the subagent copies follow it
     (``workspace.rebase_cwd``); ``drop_inbox`` cancels the inherited queued input in the
-    child's own range. Once published, the child joins its workspace (``joining``) unless
-    ``workspace`` is false.
+    child's own range. The child is titled as DSH's fork buttons title it (``titles``):
+    ``title`` (``--title``) instead, no title event with ``keep_title``. Once published,
+    the child joins its workspace (``joining``) unless ``workspace`` is false.
     """
     generation = source.generation
     if generation.version < SUPPORTED_VERSION:
@@ -147,10 +156,13 @@ def fork(
         check_cwd(cwd)
     if child_id is not None:
         _check_child_id(root, child_id)
+    given_title = titles.given_title(title, keep=keep_title)
 
     # The catalog facts of the prefix decide which subagents the child's branch holds; fork
     # hands them to relink with the fork point, so relink never re-reads the child it wrote.
-    types = [PRESET_TYPE, CATALOG_TYPE] if agents else [PRESET_TYPE]
+    types = [PRESET_TYPE, titles.TITLE_TYPE]
+    if agents:
+        types.append(CATALOG_TYPE)
     if drop_inbox:
         types.append(inbox.SPLICE_TYPE)
     # Every frame is decoded and checksum-verified and every line's envelope checked, so each
@@ -165,6 +177,8 @@ def fork(
     child_cwd = log.header.cwd if cwd is None else cwd
     project_dir = root.path / project_dir_name(child_cwd)
     cancels = inbox.cancellations(facts.splices, last) if drop_inbox else None
+    # The source's latest title of its whole log, not only of the prefix (dsh-world §2).
+    child_title = titles.fork_title(facts.title, given=given_title, keep=keep_title)
     result = ForkResult(
         child_id=child_id,
         path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
@@ -184,6 +198,8 @@ def fork(
         inbox_canceled=None
         if cancels is None
         else {c["target"]: c["removedCount"] for c in cancels},
+        title=child_title,
+        source_title=facts.title,
     )
     if log.torn is not None:
         result.warnings.append(
@@ -200,6 +216,9 @@ def fork(
 
     assert child_id is not None
     result.created_at = clock()
+    own: list[tuple[str, Any]] = [(inbox.SPLICE_TYPE, data) for data in cancels or []]
+    if child_title is not None:  # after the marker and the other own events, before any turn
+        own.append((titles.TITLE_TYPE, titles.title_data(child_title)))
     plan = seeded.plan(
         log,
         facts,
@@ -209,7 +228,7 @@ def fork(
         origin=None,
         depth=0,
         inherited=last + 1,
-        own=[(inbox.SPLICE_TYPE, data) for data in cancels or []],
+        own=own,
     )
     plan.cwd = child_cwd  # --cwd: the child's workspace; its events stay byte for byte
     published = seeded.write(root, plan, log, keep_lock=agents)
@@ -247,6 +266,8 @@ def fork_session(
     cwd: str | None = None,
     drop_inbox: bool = False,
     workspace: bool = True,
+    title: str | None = None,
+    keep_title: bool = False,
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
 
@@ -274,6 +295,8 @@ def fork_session(
         cwd=cwd,
         drop_inbox=drop_inbox,
         workspace=workspace,
+        title=title,
+        keep_title=keep_title,
     )
 
 

@@ -71,10 +71,13 @@ def fork(
     cwd: str | None = None,
     drop_inbox: bool = False,
     workspace: bool = True,
+    title: str | None = None,
+    keep_title: bool = False,
 ) -> ForkResult:
     """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both;
     ``cwd`` moves the child into another workspace, ``drop_inbox`` cancels its inherited
-    queued input, ``workspace=False`` leaves the registry alone."""
+    queued input, ``workspace=False`` leaves the registry alone; ``title`` names the
+    child (default: DSH's increased title), ``keep_title`` leaves it the title it inherits."""
     from .fork import fork_session
 
     return fork_session(
@@ -90,6 +93,8 @@ def fork(
         cwd=cwd,
         drop_inbox=drop_inbox,
         workspace=workspace,
+        title=title,
+        keep_title=keep_title,
     )
 
 

@@ -133,6 +133,8 @@ def test_fork_at_the_last_turn_copies_every_line_and_appends_the_marker(
             "agentPreset": "code",
             "createdAt": NOW,
             "createdAtIso": iso_ms(NOW),
+            "title": None,
+            "sourceTitle": None,
         },
         "agents": None,
         "dryRun": False,
@@ -677,6 +679,7 @@ def test_dry_run_writes_nothing_and_names_the_plan(root: Path, clock: Clock) -> 
         "  events copied: 12 (+ end-seed marker)",
         "  frames: 2 copied verbatim, 0 re-encoded",
         "  agent preset: -",
+        "  title: none (the source has no title)",
         "  agents: not copied (--no-agents)",
         f"  workspace: skipped: {no_registry(root, None)['reason']}",
         "Nothing was written.",
@@ -705,6 +708,8 @@ def test_dry_run_json_with_a_given_id(root: Path, clock: Clock) -> None:
             "agentPreset": None,
             "createdAt": None,
             "createdAtIso": None,
+            "title": None,
+            "sourceTitle": None,
         },
         "agents": None,
         "dryRun": True,
@@ -734,14 +739,15 @@ def test_human_output_of_a_fork(root: Path, clock: Clock) -> None:
     created = log_header(child_log)["createdAt"]
     lines = result.stdout.splitlines()
     assert lines[0] == f"Forked {SRC} at seq 17 into child"
-    assert lines[1:5] == [
+    assert lines[1:6] == [
         f"  path: {child_log}",
         "  events copied: 18 (+ end-seed marker)",
         "  frames: 3 copied verbatim, 0 re-encoded",
         "  agent preset: code",
+        "  title: none (the source has no title)",
     ]
-    assert lines[5] == f"  created: {iso_ms(created)} ({created})"
-    assert lines[6:] == [
+    assert lines[6] == f"  created: {iso_ms(created)} ({created})"
+    assert lines[7:] == [
         "  agents: not copied (--no-agents)",
         f"  workspace: skipped: {no_registry(root, 'child')['reason']}",
     ]

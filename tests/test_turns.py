@@ -106,7 +106,7 @@ def test_inherited_turns_are_marked(root: Path, clock: Clock) -> None:
     result = run_cli("inspect", "kid", "--root", root, "--turns", "--json")
     turns = result.json()["turnList"]
     assert [t["inherited"] for t in turns] == [True, True]
-    assert turns[-1]["lastSeq"] == ends[1] + 1  # its own marker belongs to the last turn
+    assert turns[-1]["lastSeq"] == ends[1] + 2  # its marker and title belong to the last turn
 
 
 def _child(root: Path, child: str) -> Path:
@@ -122,15 +122,18 @@ def test_fork_turn_n_equals_fork_at_the_end_seq_of_turn_n(
     by_turn = run_cli("fork", SOURCE, "--root", root, "--turn", str(turn), "--id", "by-turn")
     by_seq = run_cli("fork", SOURCE, "--root", root, "--at", str(at), "--id", "by-seq")
     assert by_turn.exit_code == by_seq.exit_code == 0, by_turn.stderr
-    a, b = _child(root, "by-turn"), _child(root, "by-seq")
-    assert log_events(a) == log_events(b)
-    assert log_events(a)[-1] == {
+    a, b = log_events(_child(root, "by-turn")), log_events(_child(root, "by-seq"))
+    for events in (a, b):  # the fork's title, stamped with the time each fork was made
+        assert events[-1]["type"] == "session/title"
+        events[-1].pop("time")
+    assert a == b
+    assert a[-2] == {
         "type": "session/end-seed",
         "seq": at + 1,
-        "time": log_events(a)[at]["time"],
+        "time": a[at]["time"],
         "data": {"inherited": True},
     }
-    ha, hb = log_header(a), log_header(b)
+    ha, hb = log_header(_child(root, "by-turn")), log_header(_child(root, "by-seq"))
     for header in (ha, hb):
         header.pop("id")
         header.pop("createdAt")

@@ -74,6 +74,16 @@ def fork_command(
         "--no-workspace",
         help="Leave DSH's workspace registry alone (the child shows as Ungrouped).",
     ),
+    title: str | None = typer.Option(
+        None,
+        "--title",
+        metavar="TEXT",
+        help="Title the child TEXT (normalised as DSH saves titles) instead of the source's "
+        'title increased as DSH\'s fork buttons do ("X" -> "X (1)").',
+    ),
+    keep_title: bool = typer.Option(
+        False, "--keep-title", help="Add no title: the child shows the title it inherits."
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -84,6 +94,10 @@ def fork_command(
     number of events it inherited). Frames wholly before SEQ are copied verbatim; the one
     frame holding SEQ is re-encoded (its lines are kept byte for byte). Unless --no-agents,
     the source's subagents are copied under the child as with relink.
+
+    The child is titled as DSH's fork buttons title it: the source's latest title
+    increased ("X" -> "X (1)", "X (1)" -> "X (2)"), saved as a user's session/title
+    after the marker. Two forks of "X" are both "X (1)", as in DSH: --title names them apart.
 
     \b
     Examples:
@@ -112,6 +126,8 @@ def fork_command(
             cwd=None if cwd is None else absolute_dir(cwd),
             drop_inbox=drop_inbox,
             workspace=not no_workspace,
+            title=title,
+            keep_title=keep_title,
         ),
         where=ctx.root,
     )
@@ -132,6 +148,7 @@ def _render(out: Out, result: ForkResult) -> None:
         ("events copied", f"{result.inherited_events} (+ end-seed marker)"),
         ("frames", f"{result.frames_copied} copied verbatim, {result.frames_reencoded} re-encoded"),
         ("agent preset", result.agent_preset),
+        ("title", _title_line(result)),
     ]
     if result.cwd_moved:
         rows.append(("cwd", f"{result.cwd} (moved)"))
@@ -169,6 +186,17 @@ def _rich(out: Out, title: str, rows: list[tuple[str, Any]]) -> None:
     for key, value in rows:
         table.add_row(key, "-" if value is None else str(value))
     out.console.print(table)
+
+
+def _title_line(result: ForkResult) -> str:
+    """The title the child is given, and the source's it came from (output escapes controls)."""
+    source = result.source_title
+    if result.title is not None:
+        was = "the source has none" if not source else f'the source\'s is "{source}"'
+        return f'"{result.title}" ({was})'
+    if source:
+        return f'none added (--keep-title); the source\'s is "{source}"'
+    return "none (the source has no title)"
 
 
 def _agents_line(result: ForkResult) -> str:
