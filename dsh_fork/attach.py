@@ -21,6 +21,7 @@ from msgspec import Struct, field
 from . import joining, registry
 from .discovery import Root, SessionEntry, locate
 from .errors import DshForkError, Partial, UsageError
+from .generations import Generation
 from .ids import ClockMs, now_ms
 from .layout import resolve_root
 from .reader import open_log, read_header
@@ -191,14 +192,19 @@ def _ungrouped(reg: registry.Registry, header: Header) -> AttachItem:
     return AttachItem(header.id, header.cwd, join)
 
 
+def has_turn(generation: Generation) -> bool:
+    """Whether the log has a ``turn/start``: DSH's UI hides a blank session (dsh-world §1.2).
+    Raises what reading the log raises."""
+    return bool(open_log(generation, collect=(TURN_START,)).collected)
+
+
 def _started(entry: SessionEntry, result: AttachResult) -> bool:
-    """Whether the session has a ``turn/start`` (DSH's UI hides a blank one); a log that
-    cannot be read is named in the result."""
+    """``has_turn``, a log that cannot be read named in the result."""
     generation = entry.generation
     if generation is None:
         return False
     try:
-        return bool(open_log(generation, collect=(TURN_START,)).collected)
+        return has_turn(generation)
     except (DshForkError, OSError) as exc:
         result.unreadable.append(_unreadable(entry, exc))
         return False

@@ -412,6 +412,15 @@ def doctor(
         chosen = list(entries)
     report = DoctorReport(root.path, root.encoding(), len(chosen))
     report.findings.extend(_root_rules(root))
+    from . import registry, wscheck
+
+    workspaces = registry.load(registry.home_of(root.path))
+    for problem in wscheck.registry_notes(workspaces):
+        report.findings.append(
+            DoctorFinding(
+                problem.severity, "root", problem.code, problem.message, path=str(workspaces.path)
+            )
+        )
     by_id: dict[str, SessionEntry] = {}
     for entry in entries:
         if entry.id is not None:
@@ -424,13 +433,21 @@ def doctor(
         check = check_dir(entry.session_dir)
         report.findings.extend(_session_findings(entry, check))
         report.findings.extend(_lineage(root, entry, check, by_id, kinds))
+        path = str(entry.generation.path) if entry.generation is not None else None
         for note in forks.notes(entry):
-            path = str(entry.generation.path) if entry.generation is not None else None
             report.findings.append(
                 DoctorFinding(
                     note.severity, "session", note.code, note.message, _label(entry), path
                 )
             )
+        if check.header is not None and check.generation is not None:
+            ungrouped = wscheck.ungrouped(workspaces, check.header, check.generation)
+            if ungrouped is not None:
+                report.findings.append(
+                    DoctorFinding(
+                        "info", "session", ungrouped.code, ungrouped.message, _label(entry), path
+                    )
+                )
     return report
 
 

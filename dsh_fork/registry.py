@@ -127,10 +127,15 @@ def real_cwd(cwd: str | None) -> str | None:
 class Registry:
     """One read of the registry: its state, records and, when ``ready``, what an edit needs."""
 
-    def __init__(self, path: Path, state: State, reason: str | None = None) -> None:
+    def __init__(
+        self, path: Path, state: State, reason: str | None = None, *, dsh_refuses: bool = False
+    ) -> None:
         self.path = path
         self.state: State = state
         self.reason = reason
+        self.dsh_refuses = dsh_refuses
+        """Refused by a rule DSH checks too (it would not start its workspace feature), not
+        only by this module's own caution (``doctor`` reports it as an error)."""
         self.doc: dict[str, Any] | None = None
         self.records: list[Record] = []
         self.archived_ids: frozenset[str] = frozenset()
@@ -282,11 +287,16 @@ def _read(held: _Held, path: Path) -> tuple[bytes, os.stat_result] | None:
 
 
 class _Refusal(Exception):
-    """A registry this module will not edit; the message says why."""
+    """A registry this module will not edit; the message says why, ``dsh`` whether DSH
+    itself would refuse it too."""
+
+    def __init__(self, message: str, *, dsh: bool = False) -> None:
+        super().__init__(message)
+        self.dsh = dsh
 
 
 def _no_constant(name: str) -> Any:
-    raise _Refusal(f"it holds {name}, which is not JSON")
+    raise _Refusal(f"it holds {name}, which is not JSON", dsh=True)
 
 
 def _js_float(text: str) -> float:
@@ -307,19 +317,19 @@ def parse(path: Path, data: bytes) -> Registry:
         text = data.decode()
         doc = json.loads(text, parse_constant=_no_constant, parse_float=_js_float)
     except (UnicodeDecodeError, ValueError) as exc:
-        return Registry(path, "refused", f"it is not valid JSON ({exc})")
+        return Registry(path, "refused", f"it is not valid JSON ({exc})", dsh_refuses=True)
     except _Refusal as exc:
-        return Registry(path, "refused", str(exc))
+        return Registry(path, "refused", str(exc), dsh_refuses=exc.dsh)
     if not isinstance(doc, dict):
-        return Registry(path, "refused", "it is not a JSON object")
+        return Registry(path, "refused", "it is not a JSON object", dsh_refuses=True)
     unit = doc.get("unit")
     if not isinstance(unit, dict) or unit.get("name") != UNIT_NAME:
         name = unit.get("name") if isinstance(unit, dict) else None
-        return Registry(path, "refused", f"its unit is {name!r}, not {UNIT_NAME!r}")
+        reason = f"its unit is {name!r}, not {UNIT_NAME!r}"
+        return Registry(path, "refused", reason, dsh_refuses=True)
     if unit.get("version") != UNIT_VERSION or isinstance(unit.get("version"), bool):
-        return Registry(
-            path, "refused", f"its unit version is {unit.get('version')!r}, not {UNIT_VERSION}"
-        )
+        reason = f"its unit version is {unit.get('version')!r}, not {UNIT_VERSION}"
+        return Registry(path, "refused", reason, dsh_refuses=True)
     glob = doc.get("global")
     glob = glob if isinstance(glob, dict) else {}
     registry = Registry(path, "ready")
@@ -327,6 +337,7 @@ def parse(path: Path, data: bytes) -> Registry:
         _fill(registry, doc, glob)
     except _Refusal as exc:
         registry.state, registry.reason = "refused", str(exc)
+        registry.dsh_refuses = exc.dsh
         return registry
     if glob.get("initialized") is not True:
         registry.state = "uninitialised"
@@ -335,6 +346,7 @@ def parse(path: Path, data: bytes) -> Registry:
     problem = broken_rule(registry, glob)
     if problem is not None:
         registry.state, registry.reason = "refused", f"DSH would refuse it: {problem}"
+        registry.dsh_refuses = True
         return registry
     if "pendingMutation" in glob:
         registry.state = "refused"
@@ -360,10 +372,10 @@ def _fill(registry: Registry, doc: dict[str, Any], glob: dict[str, Any]) -> None
     tables = doc.get("tables", {})
     table = tables.get("workspaces", {}) if isinstance(tables, dict) else None
     if not isinstance(table, dict):
-        raise _Refusal("its tables.workspaces is not an object")
+        raise _Refusal("its tables.workspaces is not an object", dsh=True)
     order = glob.get("workspaceIds", [])
     if not isinstance(order, list):
-        raise _Refusal("its global.workspaceIds is not a list")
+        raise _Refusal("its global.workspaceIds is not a list", dsh=True)
     ranked = [i for i in order if isinstance(i, str) and i in table]
     first = set(ranked)
     ranked += [i for i in table if i not in first]
@@ -379,13 +391,13 @@ def _fill(registry: Registry, doc: dict[str, Any], glob: dict[str, Any]) -> None
 
 def _record(record_id: str, value: Any) -> Record:
     if not isinstance(value, dict):
-        raise _Refusal(f"its workspace {record_id} is not an object")
+        raise _Refusal(f"its workspace {record_id} is not an object", dsh=True)
     for key in ("path", "title", "createdAt", "updatedAt"):
         if not isinstance(value.get(key), str):
-            raise _Refusal(f"its workspace {record_id} has no string {key!r}")
+            raise _Refusal(f"its workspace {record_id} has no string {key!r}", dsh=True)
     ids = value.get("sessionIds")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise _Refusal(f"its workspace {record_id} has no list of sessionIds")
+        raise _Refusal(f"its workspace {record_id} has no list of sessionIds", dsh=True)
     return Record(record_id, value["path"], value["title"], tuple(ids))
 
 

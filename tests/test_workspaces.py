@@ -657,3 +657,63 @@ def test_tree_shows_each_sessions_workspace(tmp_path: Path) -> None:
         True,
         False,
     )
+
+
+# -- doctor ---------------------------------------------------------------------------------------
+
+
+def findings(root: Path) -> tuple[int, list[dict[str, Any]]]:
+    result = run_cli("--root", root, "doctor", "--json")
+    found: list[dict[str, Any]] = result.json()["findings"]
+    return result.exit_code, found
+
+
+def test_doctor_names_ungrouped_sessions_until_attach_runs(tmp_path: Path) -> None:
+    root, (top, other) = home_with_registry(tmp_path)
+    fork_json(root, top, "--id", "loose", "--no-workspace")
+    doc = doc_of(root)
+    record = next(r for r in doc["tables"]["workspaces"].values() if r["title"] == "project-1")
+    record["sessionIds"] = []
+    write_doc(root, doc)
+
+    code, before = findings(root)
+    assert run_cli("--root", root, "attach", "--all").exit_code == 0
+    _, after = findings(root)
+
+    assert code == 0
+    ungrouped = {f["session"]: f for f in before if f["code"] == "UNGROUPED"}
+    assert sorted(ungrouped) == sorted(["loose", other])
+    assert ungrouped["loose"]["severity"] == "info"
+    assert "run `dsh-fork attach loose`" in ungrouped["loose"]["message"]
+    assert [f for f in after if f["code"] == "UNGROUPED"] == []
+
+
+def test_doctor_errs_on_a_registry_dsh_would_refuse_naming_the_rule(tmp_path: Path) -> None:
+    root, _ = home_with_registry(tmp_path)
+    doc = doc_of(root)
+    REFUSALS["listed-twice"][0](doc)
+    write_doc(root, doc)
+
+    code, found = findings(root)
+
+    assert code == 10
+    (finding,) = [f for f in found if f["code"].startswith("WORKSPACE_REGISTRY")]
+    assert (finding["severity"], finding["scope"], finding["code"]) == (
+        "error",
+        "root",
+        "WORKSPACE_REGISTRY_INVALID",
+    )
+    assert "is listed by two workspaces" in finding["message"]
+    assert finding["path"] == str(reg_file(root))
+
+
+def test_doctor_warns_of_a_registry_dsh_fork_will_not_edit(tmp_path: Path) -> None:
+    root, _ = home_with_registry(tmp_path)
+    data = reg_file(root).read_bytes()
+    reg_file(root).write_bytes(json.dumps(json.loads(data)).encode())
+
+    code, found = findings(root)
+
+    assert code == 0
+    (finding,) = [f for f in found if f["code"].startswith("WORKSPACE_REGISTRY")]
+    assert (finding["severity"], finding["code"]) == ("warning", "WORKSPACE_REGISTRY_UNEDITABLE")
