@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .listing import SessionList
     from .relink import RelinkAllResult, RelinkSummary
     from .search import SearchResult
+    from .trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
 Progress = Callable[[int, int, str], None]
 
@@ -229,6 +230,43 @@ def search(
         project=project,
         limit=limit,
     )
+
+
+def trash(
+    ctx: Context, sessions: list[str], *, with_forks: bool, force: bool, dry_run: bool
+) -> TrashResult:
+    """``trash``: the sessions with their families into a new trash entry."""
+    from .trash import trash as trash_sessions
+
+    return trash_sessions(
+        ctx.whole_root(),
+        sessions,
+        root_option=ctx.root_option,
+        env=dict(ctx.env),
+        with_forks=with_forks,
+        force=force,
+        dry_run=dry_run,
+    )
+
+
+def trash_list(ctx: Context) -> TrashList:
+    from .trash import list_trash
+
+    return list_trash(ctx.whole_root())
+
+
+def trash_empty(ctx: Context, *, older_than: str | None, dry_run: bool) -> EmptyResult:
+    from .ids import now_ms
+    from .trash import empty, parse_age
+
+    age = None if older_than is None else parse_age(older_than)
+    return empty(ctx.whole_root(), older_than=age, now=now_ms(), dry_run=dry_run)
+
+
+def restore(ctx: Context, what: str, *, dry_run: bool) -> RestoreResult:
+    from .trash import restore as restore_entry
+
+    return restore_entry(ctx.whole_root(), what, dry_run=dry_run)
 
 
 def _scope(ctx: Context, session: str | None) -> Root | Located:

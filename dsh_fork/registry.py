@@ -52,6 +52,8 @@ LOCK_WAIT_S = 10.0
 up (nothing written, a warning): a run never hangs on a forgotten lock."""
 
 State = Literal["missing", "uninitialised", "refused", "ready"]
+GLOBAL = "global"
+"""In ``Edit.changed``: a global list of ids changed (``Change.lists``)."""
 
 
 class Record(NamedTuple):
@@ -82,10 +84,12 @@ class Placement(NamedTuple):
 
 class Change(NamedTuple):
     """Put ``session`` into the record ``target`` (and out of every other), or with
-    ``target=None`` take it out of every record."""
+    ``target=None`` take it out of every record; ``lists``: global lists of ids to put it
+    into (True) or take it out of (False), such as ``archivedSessionIds`` (trash, restore)."""
 
     session: str
     target: str | None
+    lists: tuple[tuple[str, bool], ...] = ()
 
 
 class Target(NamedTuple):
@@ -489,11 +493,23 @@ def apply(doc: dict[str, Any], changes: Iterable[Change], now: str) -> list[str]
     """Apply ``changes`` to the parsed file in place (§1.4.5): the id is removed from every
     record but its target and prepended to the target's ``sessionIds`` (not moved when it
     is already there); each record changed gets ``updatedAt`` = ``now``. Every other key,
-    and the key order, stays. Returns the ids of the records changed, in file order."""
+    and the key order, stays. Returns the ids of the records changed, in file order, and
+    ``GLOBAL`` last when a global list changed (``Change.lists``)."""
     tables = doc.get("tables")
     table: dict[str, dict[str, Any]] = tables.get("workspaces", {}) if tables else {}
     changed: set[str] = set()
+    found = doc.get("global")
+    glob: dict[str, Any] = found if isinstance(found, dict) else {}
+    lists_changed = False
     for change in changes:
+        for key, wanted in change.lists:
+            held = glob.get(key)
+            if wanted and isinstance(found, dict) and change.session not in (held or ()):
+                glob[key] = [*(held if isinstance(held, list) else ()), change.session]
+                lists_changed = True
+            elif not wanted and isinstance(held, list) and change.session in held:
+                glob[key] = [i for i in held if i != change.session]
+                lists_changed = True
         for record_id, record in table.items():
             ids: list[str] = record["sessionIds"]
             if record_id == change.target:
@@ -505,7 +521,7 @@ def apply(doc: dict[str, Any], changes: Iterable[Change], now: str) -> list[str]
                 changed.add(record_id)
     for record_id in changed:
         table[record_id]["updatedAt"] = now
-    return [r for r in table if r in changed]
+    return [r for r in table if r in changed] + ([GLOBAL] if lists_changed else [])
 
 
 def edit(home: Path, decide: Decide, now_ms: int) -> Edit:

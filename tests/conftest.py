@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
-from safetykit import CASES, STATS, guarded, is_read_only, roots_of
+from safetykit import CASES, STATS, guarded, is_moving, is_read_only, roots_of
 from typer.testing import CliRunner
 
 from dsh_fork import faults
@@ -174,7 +174,10 @@ def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> Result:
     """
     argv = [str(a) for a in args]
     runner = CliRunner()
-    with guarded(roots_of(argv, env), read_only=is_read_only(argv), what=" ".join(argv)):
+    moving = is_moving(argv) and "--empty" not in argv  # --empty deletes only the trash
+    with guarded(
+        roots_of(argv, env), read_only=is_read_only(argv), what=" ".join(argv), moving=moving
+    ):
         result = runner.invoke(app, argv, env=env, catch_exceptions=False)
     return Result(result.exit_code, result.stdout, result.stderr)
 

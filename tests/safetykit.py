@@ -29,6 +29,25 @@ READ_ONLY_COMMANDS = frozenset(
     ("inspect", "list-agents", "doctor", "tree", "diff", "du", "export", "attach")
 )
 WRITING_COMMANDS = frozenset(("fork", "relink", "fixture", "import"))
+MOVING_COMMANDS = frozenset(("trash", "restore"))
+"""Commands that move whole session dirs between the root and ``<home>/dsh-fork-trash``: a
+generation file may leave the root only to appear byte-identical in the trash, and back."""
+TRASH_DIR = "dsh-fork-trash"
+
+
+def moved_files(root: Path) -> dict[Path, bytes]:
+    """The generation files of the root and of its home's trash, each keyed by its
+    ``<project dir>/<session dir>/<name>`` (a trash entry's own dir left out): a move keeps
+    every key and its bytes."""
+    out: dict[Path, bytes] = {}
+    bases = [root, *_subdirs(root.parent / TRASH_DIR)]
+    for base in bases:
+        for path, data in generation_files(base).items():
+            key = path.relative_to(base)
+            if key in out:  # in the root and in the trash: a copy made meanwhile, kept apart
+                key = Path("(also in the trash)") / key
+            out[key] = data
+    return out
 
 
 def count(kind: str, n: int = 1) -> None:
@@ -135,7 +154,14 @@ class RootGuard:
     temps: set[Path] = field(default_factory=set)
     listings: dict[Path, dict[str, tuple[int, int]]] = field(default_factory=dict)
 
+    moving: bool = False
+    moved_before: dict[Path, dict[Path, bytes]] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
+        if self.moving:
+            self.moved_before = {root: moved_files(root) for root in self.roots}
+            STATS["runs"] += 1
+            return
         for root in self.roots:
             self.before.update(generation_files(root))
             self.temps |= foreign_temps(root)
@@ -146,6 +172,11 @@ class RootGuard:
 
     def problems(self, *, torn_ok: bool = False) -> list[str]:
         out: list[str] = []
+        for root, was in self.moved_before.items():
+            moved = moved_files(root)
+            for key in was.keys() ^ moved.keys():
+                out.append(f"{root}: {key} was {'deleted' if key in was else 'created'}")
+            out += [f"{root}: {k} changed" for k in was if k in moved and was[k] != moved[k]]
         after: dict[Path, bytes] = {}
         for root in self.roots:
             after.update(generation_files(root))
@@ -189,9 +220,12 @@ STATS: Counter[str] = Counter()
 
 
 @contextmanager
-def guarded(roots: Iterable[Path], *, read_only: bool = False, what: str = "") -> Iterator[None]:
-    """Check the guard after the block; a block that raised may leave a torn frame (a crash)."""
-    guard = RootGuard(_unique(roots), read_only)
+def guarded(
+    roots: Iterable[Path], *, read_only: bool = False, what: str = "", moving: bool = False
+) -> Iterator[None]:
+    """Check the guard after the block; a block that raised may leave a torn frame (a crash).
+    ``moving``: a command of ``MOVING_COMMANDS``, whose moves are checked as moves."""
+    guard = RootGuard(_unique(roots), read_only, moving=moving)
     try:
         yield
     except BaseException:
@@ -214,9 +248,13 @@ def _unique(roots: Iterable[Path]) -> list[Path]:
 
 def command_of(args: Sequence[str]) -> str | None:
     for arg in args:
-        if arg in READ_ONLY_COMMANDS or arg in WRITING_COMMANDS:
+        if arg in READ_ONLY_COMMANDS or arg in WRITING_COMMANDS or arg in MOVING_COMMANDS:
             return arg
     return None
+
+
+def is_moving(args: Sequence[str]) -> bool:
+    return command_of(args) in MOVING_COMMANDS
 
 
 def roots_of(args: Sequence[str], env: Mapping[str, str | None] | None) -> list[Path]:

@@ -53,7 +53,11 @@ def test_every_schema_is_a_valid_json_schema() -> None:
         "list-agents",
         "relink",
         "relink-all",
+        "restore",
         "search",
+        "trash",
+        "trash-empty",
+        "trash-list",
         "tree",
     ]
 
