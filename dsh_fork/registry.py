@@ -32,7 +32,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -44,9 +44,10 @@ UNIT_NAME = "workspace"
 UNIT_VERSION = 2
 STORAGES = "storages"
 FILE_NAME = "workspace.json"
-MAX_BYTES = 32 * 1024 * 1024
-"""A registry larger than this is refused unread: memory stays bounded whatever the input
-(DSH's own for 100,000 sessions is about 5 MB)."""
+MAX_BYTES = 12 * 1024 * 1024
+"""A registry larger than this is refused unread, so memory stays bounded whatever the input:
+DSH's own for 100,000 sessions is about 6 MB, and an edit of an 8 MB one (140,000 ids) peaks
+about 40 MB above the process's start."""
 LOCK_WAIT_S = 10.0
 """How long an edit waits for another dsh-fork run's lock on the storages dir before giving
 up (nothing written, a warning): a run never hangs on a forgotten lock."""
@@ -108,9 +109,45 @@ def registry_path(home: Path) -> Path:
     return home / STORAGES / FILE_NAME
 
 
+CHUNK = 1 << 16
+
+
+def chunks(doc: Any) -> Iterator[bytes]:
+    """The file as DSH writes it (``JSON.stringify(doc, null, 2) + "\\n"``, non-ASCII as is),
+    a piece at a time: the indenting encoder makes a string per token, and a registry of
+    100,000 ids joined whole would hold a million of them at once. Raises
+    ``UnicodeEncodeError`` for a lone surrogate, which no UTF-8 file holds."""
+    encoder = json.JSONEncoder(indent=2, ensure_ascii=False)
+    pending: list[str] = []
+    size = 0
+    for piece in encoder.iterencode(doc):
+        pending.append(piece)
+        size += len(piece)
+        if size >= CHUNK:
+            yield "".join(pending).encode()
+            pending, size = [], 0
+    pending.append("\n")
+    yield "".join(pending).encode()
+
+
 def dumps(doc: Any) -> bytes:
-    """The file as DSH writes it: ``JSON.stringify(doc, null, 2) + "\\n"``, non-ASCII as is."""
-    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+    """``chunks`` joined: the whole file."""
+    return b"".join(chunks(doc))
+
+
+def reproduces(doc: Any, data: bytes) -> bool:
+    """Whether our writer spells ``doc`` as exactly ``data`` (compared a chunk at a time)."""
+    view = memoryview(data)
+    offset = 0
+    try:
+        for chunk in chunks(doc):
+            end = offset + len(chunk)
+            if view[offset:end] != chunk:
+                return False
+            offset = end
+    except UnicodeEncodeError:
+        return False
+    return offset == len(data)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -318,8 +355,7 @@ def parse(path: Path, data: bytes) -> Registry:
     """The registry a file's bytes hold, checked by DSH's rules (§1.3, §1.4.2) and our own
     writer's (§1.4.6: re-serialised unchanged it must give the very bytes read)."""
     try:
-        text = data.decode()
-        doc = json.loads(text, parse_constant=_no_constant, parse_float=_js_float)
+        doc = json.loads(data, parse_constant=_no_constant, parse_float=_js_float)
     except (UnicodeDecodeError, ValueError) as exc:
         return Registry(path, "refused", f"it is not valid JSON ({exc})", dsh_refuses=True)
     except _Refusal as exc:
@@ -356,11 +392,7 @@ def parse(path: Path, data: bytes) -> Registry:
         registry.state = "refused"
         registry.reason = "it holds a pendingMutation (DSH was creating or deleting a workspace)"
         return registry
-    try:
-        same = dumps(doc) == data
-    except UnicodeEncodeError:
-        same = False
-    if not same:
+    if not reproduces(doc, data):
         registry.state = "refused"
         registry.reason = (
             "re-written unchanged it would not be the same bytes (a number, escape or layout "
@@ -561,17 +593,26 @@ def _edit_held(held: _Held, path: Path, decide: Decide, now_ms: int) -> Edit:
     changed = apply(registry.doc, changes, iso_ms(now_ms) or "")
     if not changed:
         return Edit(registry, changes, [], False, None)
-    reread = parse(path, dumps(registry.doc))
-    problem = reread.reason if reread.state != "ready" else None
+    problem = _recheck(path, registry.doc)
     if problem is not None:  # never write what DSH would refuse (by construction: a defect)
         return Edit(registry, changes, [], False, f"the edit would break a rule: {problem}")
     try:
-        _replace(held, dumps(registry.doc), st)
+        _replace(held, chunks(registry.doc), st)
     except _Refusal as exc:
         return Edit(registry, changes, [], False, str(exc))
     except (DshForkError, OSError) as exc:
         return Edit(registry, changes, [], False, f"it could not be written ({_why(exc)})")
     return Edit(registry, changes, changed, True, None)
+
+
+def _recheck(path: Path, doc: dict[str, Any]) -> str | None:
+    """The rule of §1.3 the edited document would break, if any (never, by construction)."""
+    edited = Registry(path, "ready")
+    try:
+        _fill(edited, doc, doc["global"])
+    except _Refusal as exc:
+        return str(exc)
+    return broken_rule(edited, doc["global"])
 
 
 def _unwritten(registry: Registry) -> Edit:
@@ -597,7 +638,7 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _replace(held: _Held, data: bytes, was: os.stat_result) -> None:
+def _replace(held: _Held, data: Iterable[bytes], was: os.stat_result) -> None:
     """Temp file (``O_EXCL``, 0600) in the storages dir, the old file's owner and mode, fsync,
     a last check that the file is still the one read, rename over it, fsync the dir."""
     storages = held.storages
@@ -606,9 +647,10 @@ def _replace(held: _Held, data: bytes, was: os.stat_result) -> None:
     named = True
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for chunk in data:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
             if os.geteuid() == 0 and (was.st_uid, was.st_gid) != (os.getuid(), os.getgid()):
                 os.fchown(fd, was.st_uid, was.st_gid)  # the user's DSH must read its own file
             os.fchmod(fd, stat.S_IMODE(was.st_mode))

@@ -103,9 +103,9 @@ def test_one_write_for_the_whole_batch(tmp_path: Path, monkeypatch: pytest.Monke
     writes: list[bytes] = []
     replace = registry._replace
 
-    def counted(held: Any, data: bytes, was: Any) -> None:
-        writes.append(data)
-        replace(held, data, was)
+    def counted(held: Any, data: Any, was: Any) -> None:
+        writes.append(b"".join(data))
+        replace(held, [writes[-1]], was)
 
     monkeypatch.setattr(registry, "_replace", counted)
 
