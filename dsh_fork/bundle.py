@@ -16,42 +16,34 @@ bounded by the largest log, as it is for every other command.
 
 from __future__ import annotations
 
-import bz2
-import contextlib
-import gzip
 import hashlib
-import io
-import lzma
-import tarfile
-import zlib
 from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
+import msgspec
 import orjson
-import zstandard
 from msgspec import Struct
 
-from . import __version__
+from . import __version__, tarstream
 from . import frames as zframes
 from .errors import CorruptLog, DshForkError, UnsupportedFormat, UsageError
 from .generations import CURRENT_NAME, SUPPORTED_VERSION
 from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .model import MODEL_TYPES, Facts
 from .records import Header, parse_event, parse_header
+from .tarstream import Compression, Entry, Source, TarReader
 
 MANIFEST_NAME = "manifest.json"
 SESSIONS_DIR = "sessions"
 SCHEMA_VERSION = 1
 KIND = "dsh-fork-bundle"
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+"""About 20,000 sessions (a manifest entry is about 800 bytes)."""
 MEMBER_MODE = 0o600
-READ_CHUNK = 1024 * 1024
 MAX_NAME_BYTES = 255
 MAX_EXPANSION = 4
 EXPANSION_SLACK = 1024 * 1024
 
-Compression = Literal["none", "gz", "xz", "bz2", "zst"]
 Role = Literal["top", "subagent", "fork"]
 _SUFFIXES: tuple[tuple[tuple[str, ...], Compression], ...] = (
     ((".tar.gz", ".tgz"), "gz"),
@@ -59,15 +51,6 @@ _SUFFIXES: tuple[tuple[tuple[str, ...], Compression], ...] = (
     ((".tar.bz2", ".tbz2", ".tbz"), "bz2"),
     ((".tar.zst", ".tar.zstd", ".tzst"), "zst"),
     ((".tar",), "none"),
-)
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_ARCHIVE_ERRORS = (
-    tarfile.TarError,
-    EOFError,
-    zlib.error,
-    lzma.LZMAError,
-    zstandard.ZstdError,
-    ValueError,
 )
 
 
@@ -208,6 +191,7 @@ class Manifest(Struct, frozen=True):
     @classmethod
     def parse(cls, data: bytes, where: str) -> Manifest:
         """A manifest, checked: its schema, and a family in which every parent comes first."""
+        _check_shape(data, where)
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -248,6 +232,59 @@ class Manifest(Struct, frozen=True):
             )
         _check_family(manifest, where)
         return manifest
+
+
+class _Head(Struct):
+    kind: Any = None
+    schemaVersion: Any = None  # noqa: N815  (the document's own name)
+
+
+class _FileShape(Struct):
+    path: Any
+    size: Any
+    sha256: Any
+
+
+class _SessionShape(Struct):
+    """Every key a session entry must have: an array of anything else (``[{}, {}, …]``) is
+    refused at its first element, before it is built whole."""
+
+    id: Any
+    role: Any
+    parentSession: Any  # noqa: N815
+    cwd: Any
+    projectDir: Any  # noqa: N815
+    generation: Any
+    createdAt: Any  # noqa: N815
+    isSeeded: Any  # noqa: N815
+    delegationDepth: Any  # noqa: N815
+    events: Any
+    cut: Any
+    lockHeld: Any  # noqa: N815
+    file: _FileShape
+
+
+class _Shape(Struct):
+    sessions: list[_SessionShape]
+
+
+def _check_shape(data: bytes, where: str) -> None:
+    """The manifest's shape, checked as it is decoded: memory stays near the size of the
+    manifest (as small objects a few million ``{}`` would take gigabytes). A manifest of a newer
+    schema is named as such before its shape is held to this one."""
+    try:
+        head = msgspec.json.decode(data, type=_Head)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise _bad(where, "manifest.json is not a dsh-fork bundle manifest") from None
+    schema = head.schemaVersion
+    if head.kind != KIND or type(schema) is not int or schema > SCHEMA_VERSION:
+        return  # named by the full parse
+    try:
+        msgspec.json.decode(data, type=_Shape)
+    except msgspec.ValidationError as exc:
+        raise _bad(where, f"manifest: {exc}") from None
+    except msgspec.DecodeError:
+        raise _bad(where, "manifest.json is not JSON") from None
 
 
 def _check_family(manifest: Manifest, where: str) -> None:
@@ -319,38 +356,6 @@ def new_manifest(top: str, forks: bool, created_at: int, sessions: list[BundleSe
     )
 
 
-# -- writing an archive -------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def archive_writer(target: IO[bytes], compression: Compression) -> Iterator[tarfile.TarFile]:
-    """A streaming tar writer over ``target`` (which the caller closes), PAX format."""
-    if compression == "zst":
-        stream: Any = zstandard.ZstdCompressor(level=10, write_checksum=True).stream_writer(
-            target, closefd=False
-        )
-        try:
-            with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                yield tar
-        finally:
-            stream.flush(zstandard.FLUSH_FRAME)
-            stream.close()
-        return
-    mode: Any = "w|" if compression == "none" else f"w|{compression}"
-    with tarfile.open(fileobj=target, mode=mode, format=tarfile.PAX_FORMAT) as tar:
-        yield tar
-
-
-def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None:
-    """A regular file 0600 owned by nobody in particular: nothing of this machine leaks."""
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = MEMBER_MODE
-    info.mtime = mtime
-    info.type = tarfile.REGTYPE
-    tar.addfile(info, io.BytesIO(data))
-
-
 # -- reading an archive -------------------------------------------------------------------------
 
 
@@ -361,190 +366,88 @@ class Member(Struct):
     data: bytes
 
 
-def read_manifest(path: Path) -> Manifest:
+def read_manifest(source: Source, compression: Compression | None = None) -> Manifest:
     """The manifest alone (the first member): cheap, for a preview."""
-    with _open_archive(path, drain=False) as tar:
-        return _first_manifest(tar, str(path))
+    source.rewind()
+    tar = TarReader(tarstream.decompressing(source.raw(), compression), source.name)
+    return _first_manifest(tar, source.name)
 
 
-def members(path: Path, manifest: Manifest | None = None) -> Iterator[Member]:
+def members(
+    source: Source, manifest: Manifest | None = None, compression: Compression | None = None
+) -> Iterator[Member]:
     """Every log of the bundle in archive order, each checked against the manifest (size,
     sha256, then the log itself: a complete v4 log whose header names the listed id, cwd and
-    parent). Anything the manifest does not list, a member that is not a regular file, a
-    missing member and a truncated archive are ``CORRUPT_LOG``."""
-    where = str(path)
-    with _open_archive(path) as tar:
-        found = _first_manifest(tar, where)
-        if manifest is not None and found != manifest:
-            raise _bad(where, "the manifest changed since it was read")
-        _check_sizes(found, path, where)
-        expected = {s.member: s for s in found.sessions}
-        order = [s.member for s in found.sessions]
-        position = 0
-        try:
-            while (info := tar.next()) is not None:
-                session = expected.get(info.name)
-                if session is None:
-                    raise _bad(where, f"unexpected member {info.name!r}")
-                if not info.isreg():
-                    raise _bad(where, f"{info.name} is not a regular file")
-                if order[position] != info.name:
-                    raise _bad(where, f"{info.name} is out of order or listed twice")
-                position += 1
-                yield Member(session, _member_bytes(tar, info, session, where))
-        except _ARCHIVE_ERRORS as exc:
-            raise _bad(where, f"damaged or truncated archive ({exc})") from None
-        except OSError as exc:  # bz2 and gzip report damaged streams as OSError
-            raise _bad(where, f"damaged or truncated archive ({exc})") from None
-        if position != len(order):
-            raise _bad(where, f"{order[position]} is missing (the archive ends before it)")
+    parent). Anything the manifest does not list, a member that is not a regular file, a name
+    given twice, a missing member, a truncated archive and more than padding after the
+    archive's end are ``CORRUPT_LOG``. Every read is bounded (``tarstream``): a member is read
+    only after its size matched the manifest's, and the manifest's sizes fit the archive."""
+    where = source.name
+    source.rewind()
+    tar = TarReader(tarstream.decompressing(source.raw(), compression), where)
+    found = _first_manifest(tar, where)
+    if manifest is not None and found != manifest:
+        raise _bad(where, "the manifest changed since it was read")
+    _check_sizes(found, source, where)
+    expected = {s.member: s for s in found.sessions}
+    order = [s.member for s in found.sessions]
+    seen: set[str] = {MANIFEST_NAME}
+    position = 0
+    while (entry := tar.next()) is not None:
+        if entry.name in seen:
+            raise _bad(where, f"{entry.name} is in the archive twice")
+        seen.add(entry.name)
+        session = expected.get(entry.name)
+        if session is None:
+            raise _bad(where, f"unexpected member {entry.name!r}")
+        if entry.kind != "file":
+            raise _bad(where, f"{entry.name} is not a regular file")
+        if order[position] != entry.name:
+            raise _bad(where, f"{entry.name} is out of order")
+        position += 1
+        yield Member(session, _member_bytes(tar, entry, session, where))
+    if position != len(order):
+        raise _bad(where, f"{order[position]} is missing (the archive ends before it)")
+    tar.finish()
 
 
-def _check_sizes(manifest: Manifest, path: Path, where: str) -> None:
+def _check_sizes(manifest: Manifest, source: Source, where: str) -> None:
     """The logs a manifest declares must fit in the archive: they are zstd data, which no
     outer compression shrinks much, so a bundle whose logs add up to many times its own size
     is a decompression bomb, and memory stays bounded by what the archive can hold."""
-    limit = MAX_EXPANSION * path.stat().st_size + EXPANSION_SLACK
+    size = source.size if source.size is not None else 0
+    limit = MAX_EXPANSION * size + EXPANSION_SLACK
     if manifest.total_bytes > limit:
         raise _bad(
             where,
             f"the manifest declares {manifest.total_bytes} bytes of logs, more than an archive "
-            f"of {path.stat().st_size} bytes can hold",
+            f"of {size} bytes can hold",
         )
 
 
-def _member_bytes(
-    tar: tarfile.TarFile, info: tarfile.TarInfo, session: BundleSession, where: str
-) -> bytes:
-    if info.size != session.size:
-        raise _bad(where, f"{info.name}: {info.size} bytes, the manifest says {session.size}")
-    handle = tar.extractfile(info)
-    if handle is None:
-        raise _bad(where, f"{info.name} is not a regular file")
+def _member_bytes(tar: TarReader, entry: Entry, session: BundleSession, where: str) -> bytes:
+    if entry.size != session.size:
+        raise _bad(where, f"{entry.name}: {entry.size} bytes, the manifest says {session.size}")
     digest = hashlib.sha256()
     chunks: list[bytes] = []
-    while True:
-        chunk = handle.read(READ_CHUNK)
-        if not chunk:
-            break
+    for chunk in tar.content(entry):
         digest.update(chunk)
         chunks.append(chunk)
     data = b"".join(chunks)
-    if len(data) != session.size:
-        raise _bad(where, f"{info.name} is truncated ({len(data)} of {session.size} bytes)")
     if digest.hexdigest() != session.sha256:
-        raise _bad(where, f"{info.name}: sha256 differs from the manifest (tampered or damaged)")
+        raise _bad(where, f"{entry.name}: sha256 differs from the manifest (tampered or damaged)")
     return data
 
 
-def _first_manifest(tar: tarfile.TarFile, where: str) -> Manifest:
-    try:
-        info = tar.next()
-        if info is None or info.name != MANIFEST_NAME:
-            raise _bad(where, f"the archive does not start with {MANIFEST_NAME}")
-        if not info.isreg() or info.size > MAX_MANIFEST_BYTES:
-            raise _bad(where, f"{MANIFEST_NAME} is not a regular file of a sane size")
-        handle = tar.extractfile(info)
-        assert handle is not None
-        data = handle.read()
-    except _ARCHIVE_ERRORS as exc:
-        raise _bad(where, f"not a readable tar archive ({exc})") from None
-    except OSError as exc:
-        raise _bad(where, f"not a readable tar archive ({exc})") from None
-    if len(data) != info.size:
-        raise _bad(where, f"{MANIFEST_NAME} is truncated")
-    return Manifest.parse(data, where)
-
-
-@contextlib.contextmanager
-def _open_archive(path: Path, *, drain: bool = True) -> Iterator[tarfile.TarFile]:
-    """A streaming reader; the compression is read from the content, not from the name.
-
-    The decompressor is ours, not tarfile's, and is read to its very end once the members are
-    read (``_drain``), so a cut through the compressed stream's last bytes (a gzip trailer, an
-    unfinished zstd frame) is damage too, even when every member came out whole.
-    """
-    if path.is_dir() or not path.exists():
-        raise UsageError(f"{path}: no such archive file", path=str(path))
-    try:
-        handle = open(path, "rb")  # noqa: SIM115  (closed below, after the tar reader)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot open ({exc.strerror})", path=str(path)) from None
-    try:
-        source = _decompressing(handle)
-        try:
-            tar = tarfile.open(fileobj=source, mode="r|")  # noqa: SIM115
-        except _ARCHIVE_ERRORS as exc:
-            raise _bad(str(path), f"not a readable tar archive ({exc})") from None
-        except OSError as exc:
-            raise _bad(str(path), f"not a readable tar archive ({exc})") from None
-        with tar:
-            yield tar
-            if drain:
-                _drain(source, str(path))
-    finally:
-        handle.close()
-
-
-def _decompressing(handle: io.BufferedReader) -> io.BufferedIOBase:
-    magic = handle.read(6)
-    handle.seek(0)
-    if magic.startswith(_ZSTD_MAGIC):
-        return io.BufferedReader(_ZstdReader(handle))
-    if magic.startswith(b"\x1f\x8b"):
-        return gzip.GzipFile(fileobj=handle, mode="rb")
-    if magic.startswith(b"BZh"):
-        return bz2.BZ2File(handle)
-    if magic.startswith(b"\xfd7zXZ\x00"):
-        return lzma.LZMAFile(handle)
-    return handle
-
-
-def _drain(source: io.BufferedIOBase, where: str) -> None:
-    """Read what follows the tar's end (padding): a damaged compressed stream shows here."""
-    try:
-        while source.read(READ_CHUNK):
-            pass
-    except (*_ARCHIVE_ERRORS, OSError) as exc:
-        raise _bad(where, f"damaged or truncated archive ({exc})") from None
-
-
-class _ZstdReader(io.RawIOBase):
-    """Streamed zstd decoding of one or more frames that refuses a stream ending mid-frame
-    (python-zstandard's stream reader returns what it has and says nothing)."""
-
-    def __init__(self, handle: IO[bytes]) -> None:
-        self._handle = handle
-        self._decoder = zstandard.ZstdDecompressor().decompressobj()
-        self._pending = b""
-        self._started = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        while not self._pending:
-            chunk = self._handle.read(READ_CHUNK)
-            if not chunk:
-                if self._started and not self._decoder.eof:
-                    raise EOFError("the zstd stream ends inside a frame")
-                return 0
-            self._pending = self._feed(chunk)
-        size = min(len(view), len(self._pending))
-        view[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
-
-    def _feed(self, chunk: bytes) -> bytes:
-        out = b""
-        while chunk:
-            if self._decoder.eof:
-                self._decoder = zstandard.ZstdDecompressor().decompressobj()
-            self._started = True
-            out += self._decoder.decompress(chunk)
-            chunk = self._decoder.unused_data if self._decoder.eof else b""
-        return out
+def _first_manifest(tar: TarReader, where: str) -> Manifest:
+    entry = tar.next()
+    if entry is None or entry.name != MANIFEST_NAME:
+        raise _bad(where, f"the archive does not start with {MANIFEST_NAME}")
+    if entry.kind != "file":
+        raise _bad(where, f"{MANIFEST_NAME} is not a regular file")
+    if entry.size > MAX_MANIFEST_BYTES:
+        raise tarstream.too_large(where, MANIFEST_NAME, entry.size, MAX_MANIFEST_BYTES)
+    return Manifest.parse(b"".join(tar.content(entry)), where)
 
 
 # -- checking a log ---------------------------------------------------------------------------
@@ -606,5 +509,5 @@ def check_log(member: Member, where: str) -> CheckedLog:
     return CheckedLog(header, scan.frames[0].end, seq, last_time, facts)
 
 
-def digest_of(data: bytes) -> str:
+def digest_of(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()

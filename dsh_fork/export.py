@@ -1,12 +1,27 @@
 """``export``: a session and its family into one bundle (see ``bundle`` for the format).
 
 The family is the session, its whole subagent tree and, with ``forks``, its fork children and
-their trees, found through header ``parentSession`` as every other command finds them. Each
-log is read twice: once to describe it (size and sha256 of its committed part), once to write
-it, and the second read must reproduce the first one's bytes, so the archive never holds a
-torn or changing read. A live session (its lock held) is exported as of that read, with a
-warning: its appends after the read are not in the bundle. The archive is written to a temp
-file beside the output and linked into place, so it appears complete or not at all.
+their trees, found through header ``parentSession`` as every other command finds them.
+
+Each log is read once: its committed part is described (header, events, size, sha256) from
+the very bytes that go into the archive. Those are written at once, member by member, into an
+unnamed spool file; the manifest, known only at the end, is then written first and the spool
+copied after it (by the kernel where it can). Every part is a whole compressed stream of its
+own (zstd frames, gzip members, bz2 and xz streams may follow each other), so the result is
+one archive, and memory holds one log at a time. With zstd a log is stored as it is, in raw
+blocks: it is zstd already, and the manifest's sha256 is what import verifies.
+
+A family member that cannot be read (no permission, a FIFO, device or link where its log
+should be, a session dir or project dir that is a symbolic link, a damaged log) refuses the
+export, every such member named; with ``skip_unreadable`` the rest is written, the export is
+PARTIAL (exit 10) and names what it left out, and the descendants of a member left out are
+left out with it (an archive lists every parent before its children). A session dir of a
+family member's project dir that cannot be read at all may be a family member too (its header
+is what would say so): it is named the same way.
+
+A live session (its lock held) is exported as of its read, with a warning. The archive is
+written to a temp file beside the output and linked into place, so it appears complete or not
+at all; ``-`` writes it to standard output once everything has been read.
 """
 
 from __future__ import annotations
@@ -15,47 +30,72 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from msgspec import Struct, field
 
 from . import bundle
-from .bundle import BundleSession, Compression, Manifest, Role
-from .discovery import Located, Root, locate
+from .bundle import BundleSession, Manifest, Role
+from .discovery import Located, Root, SessionEntry, locate
 from .errors import (
+    CorruptLog,
     DshForkError,
     IoError,
     Partial,
     SessionNotFound,
-    SessionStale,
     UnsupportedFormat,
     UsageError,
 )
 from .errors import unsupported_below_v4 as below_v4
 from .generations import SUPPORTED_VERSION, list_generations, select
 from .ids import ClockMs, now_ms
-from .layout import expand_home, project_dir_name
+from .layout import decode_segment, expand_home, project_dir_name
 from .locking import running
 from .model import derive
-from .reader import check_version, open_log, stable_read
+from .reader import check_version, open_log
+from .source import copy_range
+from .tarstream import STDIN_NAME, Compression, TarWriter
 
 TEMP_SUFFIX = ".dsh-fork.tmp"
+STDOUT = STDIN_NAME
+
+
+class LeftOut(Struct):
+    """A family member the export could not read, or left out with its parent."""
+
+    id: str | None
+    path: str
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "path": self.path, "code": self.code, "message": self.message}
 
 
 class ExportResult(Struct):
-    """What an export wrote: the archive and the manifest inside it."""
+    """What an export wrote: the archive, the manifest inside it, and what it left out."""
 
     path: Path
     compression: Compression
     archive_bytes: int
     manifest: Manifest
     warnings: list[str] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
 
     def partial(self) -> Partial | None:
-        """An export is whole or fails: never partial."""
-        return None
+        """PARTIAL when members were left out (``skip_unreadable``), each named."""
+        if not self.left_out:
+            return None
+        failed = [
+            {"id": item.id or item.path, "code": item.code, "message": item.message}
+            for item in self.left_out
+        ]
+        total = len(self.manifest.sessions) + len(failed)
+        return Partial(f"{len(failed)} of {total} sessions were left out", failed, self)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,14 +105,8 @@ class ExportResult(Struct):
                 "bytes": self.archive_bytes,
             },
             "manifest": self.manifest.to_json(),
+            "leftOut": [item.to_json() for item in self.left_out],
         }
-
-
-class _Read(Struct):
-    """One family member as the first read saw it: what the manifest says, where to re-read."""
-
-    session: BundleSession
-    path: Path
 
 
 def export_session(
@@ -81,23 +115,74 @@ def export_session(
     root_option: str | None,
     *,
     forks: bool = False,
+    skip_unreadable: bool = False,
+    compression: Compression | None = None,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
+    stdout: IO[bytes] | None = None,
 ) -> ExportResult:
-    """Resolve SESSION and write its family into the archive ``output``."""
+    """Resolve SESSION and write its family into the archive ``output`` (``-``: ``stdout``)."""
     located = locate(session_arg, root_option, env)
-    target = expand_home(output).absolute()
-    return export(located, target, forks=forks, clock=clock)
+    target = Path(STDOUT) if output == STDOUT else expand_home(output).absolute()
+    return export(
+        located,
+        target,
+        forks=forks,
+        skip_unreadable=skip_unreadable,
+        compression=compression,
+        clock=clock,
+        stdout=stdout,
+    )
 
 
-def export(located: Located, target: Path, *, forks: bool, clock: ClockMs = now_ms) -> ExportResult:
-    compression = bundle.compression_of(target.name)
-    _check_target(located.root, target)
+def export(
+    located: Located,
+    target: Path,
+    *,
+    forks: bool,
+    skip_unreadable: bool = False,
+    compression: Compression | None = None,
+    clock: ClockMs = now_ms,
+    stdout: IO[bytes] | None = None,
+) -> ExportResult:
+    to_stdout = str(target) == STDOUT
+    kind = _compression(target, compression, to_stdout)
+    if not to_stdout:
+        _check_target(located.root, target)
     warnings = list(located.warnings)
-    reads = [_describe(item, role, warnings) for item, role in _family(located, forks)]
-    manifest = bundle.new_manifest(reads[0].session.id, forks, clock(), [r.session for r in reads])
-    size = _write(target, compression, manifest, reads)
-    return ExportResult(target, compression, size, manifest, warnings)
+    created_at = clock()
+    mtime = created_at // 1000
+    spool_dir = None if to_stdout else target.parent
+    with tempfile.TemporaryFile(dir=spool_dir) as spool:
+        logs = TarWriter(spool, kind)
+        walk = _Walk(located, forks, logs, mtime, warnings)
+        walk.run()
+        if walk.left_out and not skip_unreadable:
+            raise _refusal(walk.left_out)
+        logs.close()
+        spool.flush()
+        sessions = walk.sessions
+        manifest = bundle.new_manifest(sessions[0].id, forks, created_at, sessions)
+        if to_stdout:
+            handle = stdout if stdout is not None else os.fdopen(1, "wb", closefd=False)
+            size = _assemble(handle, kind, manifest, spool, mtime)
+            handle.flush()
+        else:
+            size = _write(target, kind, manifest, spool, mtime)
+    return ExportResult(target, kind, size, manifest, warnings, walk.left_out)
+
+
+def _compression(target: Path, named: Compression | None, to_stdout: bool) -> Compression:
+    """``--format`` or the file's name; standard output is zstd unless named otherwise."""
+    if to_stdout:
+        return "zst" if named is None else named
+    by_name = bundle.compression_of(target.name)
+    if named is not None and named != by_name:
+        raise UsageError(
+            f"{target.name}: the name says {by_name}, --format says {named}; make them agree",
+            path=str(target),
+        )
+    return by_name
 
 
 def _check_target(root: Root, target: Path) -> None:
@@ -110,108 +195,207 @@ def _check_target(root: Root, target: Path) -> None:
         raise UsageError(f"{target} lies inside the sessions root {root.path}; write it elsewhere")
 
 
-def _family(located: Located, forks: bool) -> list[tuple[Path, Role]]:
-    """The session dirs of the family, parents before children (a cycle is followed once)."""
-    root = located.root
-    top = located.session_dir
-    order: list[tuple[Path, Role]] = [(top, "top")]
-    header = _header_of(top)
-    seen = {header: top}
-    queue = [header]
-    while queue:
-        parent = queue.pop(0)
-        kids: list[tuple[Any, Role]] = [(e, "subagent") for e in root.children_of(parent)]
-        if forks:
-            kids += [(e, "fork") for e in root.forks_of(parent)]
-        for entry, role in kids:
-            if entry.error is not None:
-                raise entry.error
-            if entry.id is None:
-                continue
-            if entry.id in seen:
-                if seen[entry.id] != entry.session_dir:  # a root DSH itself refuses
-                    raise SessionNotFound(
-                        f"ambiguous id {entry.id!r}: {seen[entry.id]} and {entry.session_dir}",
-                        session=entry.id,
-                    )
-                continue  # a lineage cycle: followed once
-            seen[entry.id] = entry.session_dir
-            order.append((entry.session_dir, role))
-            queue.append(entry.id)
-    return order
-
-
-def _header_of(session_dir: Path) -> str:
-    generation = select(list_generations(session_dir))
-    assert generation is not None
-    log = open_log(generation, collect=())
-    return log.header.id
-
-
-def _describe(session_dir: Path, role: Role, warnings: list[str]) -> _Read:
-    """First read: a stable read of the highest generation, its committed part described."""
-    generation = select(list_generations(session_dir))
-    if generation is None:
-        raise UsageError(f"{session_dir} holds no session log", path=str(session_dir))
-    check_version(generation)
-    if generation.version < SUPPORTED_VERSION:
-        raise below_v4(f"{session_dir.name}", generation.version, path=str(generation.path))
-    if generation.encoding != "zstd":
-        raise UnsupportedFormat(
-            f"{generation.path}: plain logs are not exported (a bundle holds v4 zstd logs)",
-            path=str(generation.path),
-        )
-    log = open_log(generation, collect=("session/end-seed",))
-    header = log.header
-    committed = len(log.data) if log.torn is None else log.torn.offset
-    data = log.data[:committed]
-    lock_held = running(session_dir)
-    if lock_held:
-        warnings.append(
-            f"{header.id} is running (its lock is held): exported as of a stable read of "
-            f"{committed} bytes; later appends are not in the bundle"
-        )
-    if log.torn is not None:
-        warnings.append(
-            f"{header.id} has a torn tail of {log.torn.size} bytes: only its complete frames "
-            "are exported"
-        )
-    facts = derive(header, log.event_count, log.collected)
-    session = BundleSession(
-        id=header.id,
-        role=role,
-        parent_session=header.parent_session,
-        origin=header.origin,
-        cwd=header.cwd,
-        project_dir=project_dir_name(header.cwd),
-        generation=generation.version,
-        created_at=header.created_at,
-        is_seeded=header.is_seeded,
-        delegation_depth=header.delegation_depth,
-        events=log.event_count,
-        cut=facts.cut,
-        member=bundle.member_name(project_dir_name(header.cwd), header.id),
-        size=committed,
-        sha256=bundle.digest_of(data),
-        lock_held=lock_held,
+def _refusal(left_out: list[LeftOut]) -> DshForkError:
+    """One error naming every member that cannot be read; its code is the first one's."""
+    first = left_out[0]
+    names = "; ".join(f"{item.id or item.path}: {item.message}" for item in left_out)
+    count = f"{len(left_out)} session" + ("s" * (len(left_out) > 1))
+    message = (
+        f"{count} of the family cannot be read, nothing was written "
+        f"(--skip-unreadable writes the rest): {names}"
     )
-    return _Read(session, generation.path)
+    for error_type in (IoError, CorruptLog, UnsupportedFormat):
+        if error_type.code == first.code:
+            return error_type(message, path=first.path)
+    return IoError(message, path=first.path)
 
 
-def _reread(item: _Read) -> bytes:
-    """Second read: the committed prefix must be the bytes the first read described (an
-    append-only log only grows past it; anything else is a change under the export)."""
-    data, _ = stable_read(item.path)
-    prefix = data[: item.session.size]
-    if len(prefix) != item.session.size or bundle.digest_of(prefix) != item.session.sha256:
-        raise SessionStale(
-            f"{item.path} changed while it was being exported (not by appending)",
-            path=str(item.path),
+class _Walk:
+    """The family, parents before children (a lineage cycle is followed once), each member
+    read once and written into the spool as it is found."""
+
+    def __init__(
+        self, located: Located, forks: bool, logs: TarWriter, mtime: int, warnings: list[str]
+    ) -> None:
+        self.root = located.root
+        self.located = located
+        self.forks = forks
+        self.logs = logs
+        self.mtime = mtime
+        self.warnings = warnings
+        self.sessions: list[BundleSession] = []
+        self.left_out: list[LeftOut] = []
+        self._named: set[str] = set()  # dirs already described or left out
+
+    def run(self) -> None:
+        top = self.located.session_dir
+        session = self._read(top, "top")  # the top cannot be left out: its error is the run's
+        seen = {session.id: top}
+        queue: list[tuple[str, bool]] = [(session.id, True)]
+        project_dirs = {top.parent}
+        while queue:
+            parent, exported = queue.pop(0)
+            for entry, role in self._kids(parent):
+                child_id = entry.id
+                if child_id is None:
+                    continue
+                if child_id in seen:
+                    if seen[child_id] != entry.session_dir:  # a root DSH itself refuses
+                        raise SessionNotFound(
+                            f"ambiguous id {child_id!r}: {seen[child_id]} and {entry.session_dir}",
+                            session=child_id,
+                        )
+                    continue  # a lineage cycle: followed once
+                seen[child_id] = entry.session_dir
+                project_dirs.add(entry.session_dir.parent)
+                ok = exported and self._member(entry, role, parent)
+                queue.append((child_id, ok))
+            if not queue:
+                queue = self._unreadable_near(project_dirs, seen)
+
+    def _kids(self, parent: str) -> list[tuple[SessionEntry, Role]]:
+        kids: list[tuple[SessionEntry, Role]] = [
+            (e, "subagent") for e in self.root.children_of(parent)
+        ]
+        if self.forks:
+            kids += [(e, "fork") for e in self.root.forks_of(parent)]
+        return kids
+
+    def _member(self, entry: SessionEntry, role: Role, parent: str) -> bool:
+        """Read and write one member; False (and named) when it cannot be read."""
+        if parent in self._left_ids():
+            self._leave(entry.id, entry.session_dir, "SKIPPED", f"its parent {parent} is left out")
+            return False
+        if entry.error is not None:
+            self._leave(entry.id, entry.session_dir, entry.error.code, entry.error.message)
+            return False
+        try:
+            self._read(entry.session_dir, role)
+        except DshForkError as exc:
+            self._leave(entry.id, entry.session_dir, exc.code, exc.message)
+            return False
+        except OSError as exc:
+            error = IoError.of(exc, "read", where=entry.session_dir)
+            self._leave(entry.id, entry.session_dir, error.code, error.message)
+            return False
+        return True
+
+    def _left_ids(self) -> set[str]:
+        return {item.id for item in self.left_out if item.id is not None}
+
+    def _leave(self, session_id: str | None, session_dir: Path, code: str, message: str) -> None:
+        self._named.add(str(session_dir))
+        self.left_out.append(LeftOut(session_id, str(session_dir), code, message))
+
+    def _unreadable_near(
+        self, project_dirs: set[Path], seen: dict[str, Path]
+    ) -> list[tuple[str, bool]]:
+        """Session dirs of the family's project dirs that cannot be read at all: named, and
+        their ids (from their dir names) walked on, so that their children are named too."""
+        found: list[tuple[str, bool]] = []
+        for entry in self.root.unreadable():
+            session_dir = entry.session_dir
+            if session_dir.parent not in project_dirs or str(session_dir) in self._named:
+                continue
+            session_id = entry.id or decode_segment(session_dir.name)
+            error = entry.error or IoError(f"{session_dir} cannot be read")
+            self._leave(session_id, session_dir, error.code, error.message)
+            if session_id is not None and session_id not in seen:
+                seen[session_id] = session_dir
+                found.append((session_id, False))
+        return found
+
+    def _read(self, session_dir: Path, role: Role) -> BundleSession:
+        """One read of the highest generation: described, and its committed part written."""
+        _refuse_links(session_dir)
+        generation = select(list_generations(session_dir))
+        if generation is None:
+            raise UsageError(f"{session_dir} holds no session log", path=str(session_dir))
+        check_version(generation)
+        if generation.version < SUPPORTED_VERSION:
+            raise below_v4(f"{session_dir.name}", generation.version, path=str(generation.path))
+        if generation.encoding != "zstd":
+            raise UnsupportedFormat(
+                f"{generation.path}: plain logs are not exported (a bundle holds v4 zstd logs)",
+                path=str(generation.path),
+            )
+        log = open_log(generation, collect=("session/end-seed",))
+        header = log.header
+        committed = len(log.data) if log.torn is None else log.torn.offset
+        data = memoryview(log.data)[:committed]
+        lock_held = running(session_dir)
+        if lock_held:
+            self.warnings.append(
+                f"{header.id} is running (its lock is held): exported as of a stable read of "
+                f"{committed} bytes; later appends are not in the bundle"
+            )
+        if log.torn is not None:
+            self.warnings.append(
+                f"{header.id} has a torn tail of {log.torn.size} bytes: only its complete "
+                "frames are exported"
+            )
+        facts = derive(header, log.event_count, log.collected)
+        project = project_dir_name(header.cwd)
+        session = BundleSession(
+            id=header.id,
+            role=role,
+            parent_session=header.parent_session,
+            origin=header.origin,
+            cwd=header.cwd,
+            project_dir=project,
+            generation=generation.version,
+            created_at=header.created_at,
+            is_seeded=header.is_seeded,
+            delegation_depth=header.delegation_depth,
+            events=log.event_count,
+            cut=facts.cut,
+            member=bundle.member_name(project, header.id),
+            size=committed,
+            sha256=bundle.digest_of(data),
+            lock_held=lock_held,
         )
-    return prefix
+        self.logs.add(session.member, data, self.mtime, stored=True)
+        self._named.add(str(session_dir))
+        self.sessions.append(session)
+        return session
 
 
-def _write(target: Path, compression: Compression, manifest: Manifest, reads: list[_Read]) -> int:
+def _refuse_links(session_dir: Path) -> None:
+    """Nothing reached through a symbolic link is packed: not a session dir, not its project
+    dir (the log itself is opened without following one)."""
+    for path in (session_dir, session_dir.parent):
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError as exc:
+            raise IoError.of(exc, "read", where=path) from None
+        if stat.S_ISLNK(mode):
+            raise IoError(
+                f"{path} is a symbolic link: export never packs what a link leads to",
+                errno=errno.ELOOP,
+                path=str(path),
+            )
+
+
+def _assemble(
+    handle: IO[bytes], kind: Compression, manifest: Manifest, spool: IO[bytes], mtime: int
+) -> int:
+    """The manifest's part, then the spool's: one archive. Returns the bytes written."""
+    head = TarWriter(handle, kind)
+    head.add(bundle.MANIFEST_NAME, manifest.encoded(), mtime)
+    head.close(end=False)
+    handle.flush()
+    size = os.fstat(spool.fileno()).st_size
+    copy_range(spool.fileno(), handle.fileno(), 0, size, lambda: _spool_ended(spool))
+    return head.bytes_out + size
+
+
+def _spool_ended(spool: IO[bytes]) -> Exception:
+    return IoError(f"the export's spool file ended early ({spool.name})")
+
+
+def _write(
+    target: Path, kind: Compression, manifest: Manifest, spool: IO[bytes], mtime: int
+) -> int:
     temp = target.with_name(f"{target.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -219,12 +403,7 @@ def _write(target: Path, compression: Compression, manifest: Manifest, reads: li
         raise IoError.of(exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
-            with bundle.archive_writer(handle, compression) as tar:
-                mtime = manifest.created_at // 1000
-                bundle.add_member(tar, bundle.MANIFEST_NAME, manifest.encoded(), mtime)
-                for item in reads:
-                    bundle.add_member(tar, item.session.member, _reread(item), mtime)
-            handle.flush()
+            _assemble(handle, kind, manifest, spool, mtime)
             os.fsync(handle.fileno())
         _link(temp, target)
         size = target.stat().st_size

@@ -27,6 +27,8 @@ is the one the manifest lists). The second publishes each session atomically thr
 
 from __future__ import annotations
 
+import os
+import secrets
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,19 +36,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from msgspec import Struct, field
 
-from . import bundle, seeded, writer
+from . import bundle, seeded, tarstream, writer
 from . import frames as zframes
 from .bundle import BundleSession, CheckedLog, Manifest, Member, Role
 from .catalog import fact_from_descriptor
 from .discovery import Root
-from .errors import CorruptLog, DshForkError, Partial, SessionAlreadyExists
+from .errors import CorruptLog, DshForkError, IoError, Partial, SessionAlreadyExists, UsageError
 from .fork import check_cwd
+from .fsdir import DirFd
 from .generations import CURRENT_NAME, SUPPORTED_VERSION, list_generations, select
 from .ids import ClockMs, now_ms
 from .layout import encode_segment, expand_home, project_dir_name, resolve_root
 from .model import Facts
 from .reader import SessionLog, read_header, stable_read
 from .records import encode_header, parse_header
+from .tarstream import Compression, Source
 from .workspace import rebase_cwd
 
 if TYPE_CHECKING:
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
 Status = Literal["planned", "created", "present", "skipped"]
 _ID_NAMESPACE = uuid.UUID("6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f")
 _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
+TEMP_SUFFIX = ".dsh-fork.tmp"
 
 
 class ImportItem(Struct):
@@ -148,19 +153,75 @@ def import_bundle(
     new_ids: bool = False,
     cwd: str | None = None,
     dry_run: bool = False,
+    compression: Compression | None = None,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
     workspace: bool = True,
 ) -> ImportResult:
     """Verify the bundle, plan, and (unless ``dry_run``) publish it into the root; then each
     imported session that is no subagent joins the workspace of its cwd, unless not
-    ``workspace``."""
-    archive = expand_home(archive_arg).absolute()
+    ``workspace``.
+
+    ``archive_arg`` ``-`` reads standard input; a pipe is read once, into an unnamed file of
+    the root (gone when the import ends), since the import reads the archive twice: once to
+    verify everything, once to publish. ``compression`` None detects it from the content."""
+    stdin = archive_arg == tarstream.STDIN_NAME
+    archive = Path(tarstream.STDIN_NAME) if stdin else expand_home(archive_arg).absolute()
     root = Root(resolve_root(root_option, env))
     if cwd is not None:
         check_cwd(cwd)
-    manifest = bundle.read_manifest(archive)
-    checked = _verify(archive, manifest, cwd if not new_ids else None)
+    with tarstream.open_source(archive_arg, archive) as opened:
+        source = opened if opened.seekable else _spool(opened, root.path)
+        with source:
+            return _import(
+                root, archive, source, compression, new_ids, cwd, dry_run, clock, workspace
+            )
+
+
+def _spool(stream: Source, root: Path) -> Source:
+    """A pipe copied into an unnamed file of the root (a named temp, unlinked at once, where
+    the file system has no unnamed files): the root's own disk holds what the import writes."""
+    try:
+        folder = DirFd.open(root, root)
+    except FileNotFoundError:
+        raise UsageError(f"the root {root} does not exist", path=str(root)) from None
+    try:
+        fd = folder.create_unnamed()
+        if fd is None:
+            name = f".dsh-fork-import.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+            fd = folder.create_file(name)
+            folder.unlink(name)
+    except OSError as exc:
+        raise IoError.of(exc, where=root) from None
+    finally:
+        folder.close()
+    try:
+        size = 0
+        while chunk := os.read(stream.fd, tarstream.PIECE_BYTES):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+            size += len(chunk)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError as exc:
+        os.close(fd)
+        raise IoError.of(exc, "copy standard input into", where=root) from None
+    return Source(fd, stream.name, size, owned=True)
+
+
+def _import(
+    root: Root,
+    archive: Path,
+    source: Source,
+    compression: Compression | None,
+    new_ids: bool,
+    cwd: str | None,
+    dry_run: bool,
+    clock: ClockMs,
+    workspace: bool,
+) -> ImportResult:
+    manifest = bundle.read_manifest(source, compression)
+    checked = _verify(source, compression, manifest, cwd if not new_ids else None)
     root.require_writable()
     result = _plan(root, archive, manifest, checked, new_ids=new_ids, cwd=cwd, dry_run=dry_run)
     result.warnings += [
@@ -169,7 +230,7 @@ def import_bundle(
         if s.lock_held
     ]
     if not dry_run:
-        _publish_all(root, archive, manifest, checked, result, clock)
+        _publish_all(root, source, compression, manifest, checked, result, clock)
         if new_ids:
             _catalogue(root, result, checked, clock)
     _join_workspaces(root, manifest, result, workspace, clock)
@@ -200,12 +261,14 @@ def _join_workspaces(
 # -- pass 1: verification ---------------------------------------------------------------------
 
 
-def _verify(archive: Path, manifest: Manifest, cwd: str | None) -> dict[str, _Checked]:
+def _verify(
+    source: Source, compression: Compression | None, manifest: Manifest, cwd: str | None
+) -> dict[str, _Checked]:
     """Every member checked before anything is written; a bad one stops the import here."""
     checked: dict[str, _Checked] = {}
     top_cwd = manifest.sessions[0].cwd
-    for member in bundle.members(archive, manifest):
-        log = bundle.check_log(member, str(archive))
+    for member in bundle.members(source, manifest, compression):
+        log = bundle.check_log(member, source.name)
         item = _checked(member.session, log)
         if cwd is not None:  # same ids: only the header changes, so the result is known now
             moved = _moved(member.session.cwd, top_cwd, cwd)
@@ -346,7 +409,8 @@ def _is_ours(item: ImportItem, checked: _Checked, new_ids: bool) -> bool:
 
 def _publish_all(
     root: Root,
-    archive: Path,
+    source: Source,
+    compression: Compression | None,
     manifest: Manifest,
     checked: dict[str, _Checked],
     result: ImportResult,
@@ -354,7 +418,7 @@ def _publish_all(
 ) -> None:
     items = {item.source: item for item in result.items}
     depths: dict[str, int] = {}
-    for member in bundle.members(archive, manifest):
+    for member in bundle.members(source, manifest, compression):
         item = items[member.session.id]
         check = checked[member.session.id]
         if result.new_ids:

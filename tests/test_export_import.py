@@ -26,13 +26,12 @@ from conftest import log_events, log_header, log_lines, run_cli, tree_digest
 from safetykit import snapshot
 from schemakit import check
 
-from dsh_fork import bundle, faults, reader
+from dsh_fork import bundle, faults, reader, tarstream
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
 from dsh_fork.errors import (
     CorruptLog,
     SessionAlreadyExists,
-    SessionStale,
     UnsupportedFormat,
     UsageError,
 )
@@ -155,8 +154,12 @@ def test_the_manifest_describes_every_log(tmp_path: Path) -> None:
 
 def member_names(path: Path) -> list[str]:
     """The member names of an archive, in order (zstd archives read by the bundle reader)."""
-    with bundle._open_archive(path) as tar:
-        return [info.name for info in tar]
+    with tarstream.open_source(str(path), path) as source:
+        tar = tarstream.TarReader(tarstream.decompressing(source.raw(), None), str(path))
+        names = []
+        while (entry := tar.next()) is not None:
+            names.append(entry.name)
+        return names
 
 
 def test_forks_adds_the_fork_children_and_their_trees(tmp_path: Path) -> None:
@@ -372,10 +375,11 @@ def _rewrite(archive: Path, edit: Any) -> None:
     with tarfile.open(archive) as tar:
         members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
     out = io.BytesIO()
-    with bundle.archive_writer(out, "none") as tar:
-        for name, data in members:
-            for new_name, new_data in edit(name, data):
-                bundle.add_member(tar, new_name, new_data, 0)
+    writer = tarstream.TarWriter(out, "none")
+    for name, data in members:
+        for new_name, new_data in edit(name, data):
+            writer.add(new_name, new_data, 0)
+    writer.close()
     archive.write_bytes(out.getvalue())
 
 
@@ -715,16 +719,17 @@ def test_a_decompression_bomb_is_refused_before_it_is_read(tmp_path: Path) -> No
     root = tmp_path / "a" / "sessions"
     archive = export(root, family(root, agents=1, depth=1), tmp_path / "f.tar.zst")
     zeros = bytes(20 * 1024 * 1024)
-    with bundle._open_archive(archive) as tar:
-        names = [info.name for info in tar]
+    names = member_names(archive)
     bomb = tmp_path / "bomb.tar.zst"
-    with open(bomb, "wb") as handle, bundle.archive_writer(handle, "zst") as tar:
-        manifest = orjson.loads(bundle.read_manifest(archive).encoded())
+    with open(bomb, "wb") as handle, tarstream.open_source(str(archive), archive) as source:
+        tar = tarstream.TarWriter(handle, "zst")
+        manifest = orjson.loads(bundle.read_manifest(source).encoded())
         manifest["sessions"][0]["file"].update(
             size=len(zeros), sha256=hashlib.sha256(zeros).hexdigest()
         )
-        bundle.add_member(tar, bundle.MANIFEST_NAME, orjson.dumps(manifest), 0)
-        bundle.add_member(tar, names[1], zeros, 0)
+        tar.add(bundle.MANIFEST_NAME, orjson.dumps(manifest), 0)
+        tar.add(names[1], zeros, 0)
+        tar.close()
     assert bomb.stat().st_size < 100_000
     home_b = tmp_path / "b" / "sessions"
 
@@ -736,49 +741,24 @@ def test_a_decompression_bomb_is_refused_before_it_is_read(tmp_path: Path) -> No
 # -- export under change --------------------------------------------------------------------------
 
 
-def test_an_append_between_the_two_reads_is_left_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The second read sees the log grown by a whole frame: the bundle holds what the first
-    read described, and its checksum still holds."""
+def test_each_log_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bytes described in the manifest are the bytes archived: one read of each log."""
     root = tmp_path / "a" / "sessions"
-    top = family(root, agents=1, depth=1)
-    path = root / "--fixture-project-0--" / top / CURRENT_NAME
-    original = path.read_bytes()
-    real = reader.stable_read
+    top = family(root, agents=2, depth=2)
+    opened: list[Path] = []
+    real = reader.open_fd
 
-    def grown(file: Path, **kwargs: Any) -> Any:
-        if file == path:
-            path.write_bytes(original + zframes.encode(b'{"type":"x","seq":99}\n'))
-        return real(file, **kwargs)
+    def counted(file: Path) -> int:
+        opened.append(Path(file))
+        return real(file)
 
-    monkeypatch.setattr("dsh_fork.export.stable_read", grown)
+    monkeypatch.setattr(reader, "open_fd", counted)
 
-    result = export_session(top, str(tmp_path / "f.tar"), str(root))
+    result = export_session(top, str(tmp_path / "f.tar.zst"), str(root))
 
-    assert result.manifest.sessions[0].size == len(original)
-    home_b = tmp_path / "b" / "sessions"
-    import_(home_b, tmp_path / "f.tar")
-    assert (home_b / "--fixture-project-0--" / top / CURRENT_NAME).read_bytes() == original
-
-
-def test_a_log_rewritten_between_the_two_reads_is_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = tmp_path / "a" / "sessions"
-    top = family(root, agents=1, depth=1)
-    path = root / "--fixture-project-0--" / top / CURRENT_NAME
-    real = reader.stable_read
-
-    def rewritten(file: Path, **kwargs: Any) -> Any:
-        data, identity = real(file, **kwargs)
-        return (data[:-1] + bytes([data[-1] ^ 1]), identity) if file == path else (data, identity)
-
-    monkeypatch.setattr("dsh_fork.export.stable_read", rewritten)
-
-    with pytest.raises(SessionStale):
-        export_session(top, str(tmp_path / "f.tar"), str(root))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    logs = sorted(root.glob(f"*/*/{CURRENT_NAME}"))
+    assert len(result.manifest.sessions) == len(logs) == 7
+    assert sorted(opened) == logs
 
 
 def test_a_session_below_v4_is_not_exported(tmp_path: Path, clock: Clock) -> None:
