@@ -248,7 +248,8 @@ def cwd_target(registry: Registry, cwd: str | None) -> Target:
     path is ``realpath(cwd)``. No match: it stays Ungrouped (no workspace is created)."""
     real = real_cwd(cwd)
     if real is None:
-        return Target(None, f"its cwd {cwd} is not an existing directory")
+        what = "it has no cwd" if cwd is None else f"its cwd {cwd} is not an existing directory"
+        return Target(None, what)
     record = registry.by_path(real)
     if record is None:
         return Target(None, f"no workspace has the path {real}")
@@ -259,6 +260,8 @@ def _checked(record: Record, cwd: str | None) -> Target:
     real = real_cwd(cwd)
     if real != record.path:
         where = "is not an existing directory" if real is None else f"resolves to {real}"
+        if cwd is None:
+            return Target(None, f"workspace {record.title!r} lists the source, but it has no cwd")
         return Target(
             None,
             f"workspace {record.title!r} lists the source, but the cwd {cwd} {where}, not "
@@ -476,6 +479,7 @@ def broken_rule(registry: Registry, glob: dict[str, Any]) -> str | None:
 
 def load(home: Path) -> Registry:
     """The registry of ``home`` as it is now, read without a lock (lookups, dry runs)."""
+    real_cwd.cache_clear()  # directories may have come or gone since a previous read
     path = registry_path(home)
     try:
         held = _open_dirs(home)
@@ -561,6 +565,7 @@ def edit(home: Path, decide: Decide, now_ms: int) -> Edit:
     was read, and replace the file in one write, the lock held until the rename (two runs
     never lose each other's edit). Nothing is written when the registry is not ``ready``,
     when nothing changes, or when the file changed since it was read (DSH takes no lock)."""
+    real_cwd.cache_clear()
     path = registry_path(home)
     try:
         held = _open_dirs(home)
