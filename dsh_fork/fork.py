@@ -14,7 +14,7 @@ agent plan).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ from .errors import (
     UsageError,
     unsupported_below_v4,
 )
-from .generations import CURRENT_NAME, SUPPORTED_VERSION
+from .generations import CURRENT_NAME, SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .layout import oplog_path as default_oplog_path
@@ -50,6 +50,10 @@ if TYPE_CHECKING:  # relink is imported only when the subagents are copied
 PRESET_TYPE = "agent-preset/selected"
 CATALOG_TYPE = "subagent/catalog"
 MAX_SEGMENT_BYTES = 255
+
+
+SourceReader = Callable[[Generation, list[str]], SessionLog]
+"""Reads a fork's source log, with the events of the given types collected."""
 
 
 class ForkResult(Struct):
@@ -135,6 +139,7 @@ def fork(
     workspace: bool = True,
     title: str | None = None,
     keep_title: bool = False,
+    read_source: SourceReader | None = None,
 ) -> ForkResult:
     """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
 
@@ -145,6 +150,8 @@ def fork(
     child's own range. The child is titled as DSH's fork buttons title it (``titles``):
     ``title`` (``--title``) instead, no title event with ``keep_title``. Once published,
     the child joins its workspace (``joining``) unless ``workspace`` is false.
+    ``read_source`` reads the source instead of ``reader.open_log`` (``salvage``: the part of
+    a refused log that DSH would accept).
     """
     generation = source.generation
     if generation.version < SUPPORTED_VERSION:
@@ -167,7 +174,10 @@ def fork(
         types.append(inbox.SPLICE_TYPE)
     # Every frame is decoded and checksum-verified and every line's envelope checked, so each
     # line copied is one DSH accepts (reader.open_log).
-    log = open_log(generation, collect=types, stream=True)
+    if read_source is None:
+        log = open_log(generation, collect=types, stream=True)
+    else:
+        log = read_source(generation, types)
     facts = derive(log.header, log.event_count, log.collected)
     boundary = _boundary(log, at)
     last = -1 if boundary is None else boundary

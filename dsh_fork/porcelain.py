@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .lineage import Lineage
     from .listing import SessionList
     from .relink import RelinkAllResult, RelinkSummary
+    from .salvage import SalvageResult
     from .search import SearchResult
     from .trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
@@ -229,6 +230,23 @@ def search(
         since=start,
         project=project,
         limit=limit,
+    )
+
+
+def salvage(
+    ctx: Context, session: str, *, child_id: str | None, title: str | None, dry_run: bool
+) -> SalvageResult:
+    """``salvage``: the readable prefix of a refused log, forked."""
+    from .salvage import salvage as salvage_session
+
+    return salvage_session(
+        session,
+        ctx.root_option,
+        child_id=child_id,
+        dry_run=dry_run,
+        env=ctx.env,
+        oplog_path=ctx.oplog,
+        title=title,
     )
 
 

@@ -28,7 +28,7 @@ CASES: Counter[str] = Counter()
 READ_ONLY_COMMANDS = frozenset(
     ("inspect", "list-agents", "doctor", "tree", "diff", "du", "export", "attach")
 )
-WRITING_COMMANDS = frozenset(("fork", "relink", "fixture", "import"))
+WRITING_COMMANDS = frozenset(("fork", "relink", "fixture", "import", "salvage"))
 MOVING_COMMANDS = frozenset(("trash", "restore"))
 """Commands that move whole session dirs between the root and ``<home>/dsh-fork-trash``: a
 generation file may leave the root only to appear byte-identical in the trash, and back."""

@@ -54,6 +54,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
         "relink",
         "relink-all",
         "restore",
+        "salvage",
         "search",
         "trash",
         "trash-empty",

@@ -1,0 +1,59 @@
+"""``dsh-fork salvage``: fork the part of a refused log that DSH would read."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run, session_argument
+from .fork import _render as render_fork
+
+if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
+    from ..salvage import SalvageResult
+
+
+def _render(out: Out, result: SalvageResult) -> None:
+    render_fork(out, result.fork)
+    left = result.left
+    where = "" if left.from_byte is None else f", byte {left.from_byte} of the source"
+    out.line(f"  left behind: from seq {left.from_seq}{where}: {left.reason}")
+    if left.dropped_open_turn:
+        out.line(f"  ({left.dropped_open_turn} readable events lie in a turn left open)")
+
+
+@app.command("salvage", short_help="Fork the part of a log DSH refuses that DSH would read.")
+def salvage_command(
+    session: str = session_argument("The session whose log DSH refuses."),
+    child_id: str | None = typer.Option(
+        None, "--id", metavar="CHILD", help="The child's id (default: a new session-<uuid4>)."
+    ),
+    title: str | None = typer.Option(
+        None, "--title", metavar="TEXT", help="Title the child TEXT (default: as fork names it)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Say what would be forked; write nothing."
+    ),
+    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
+    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+) -> None:
+    """For a log DSH refuses (a seq gap or repeat, a bad line or frame in the middle, a record
+    torn mid-log, a second writer's restarted seqs): fork the longest prefix DSH would read,
+    ending outside an open turn, into a new child with the branch's subagents. The source is
+    never changed; the result says what was left behind, from which seq and byte, and why.
+    A log DSH reads whole is not salvaged: use fork.
+
+    \b
+    Example:
+      dsh-fork salvage 3f2a9c1d --dry-run
+    """
+    from .. import porcelain
+
+    out = Out(json_mode)
+    ctx = porcelain.Context.of(root_of(root))
+    result = run(
+        out,
+        lambda: porcelain.salvage(ctx, session, child_id=child_id, title=title, dry_run=dry_run),
+        where=ctx.root,
+    )
+    emit(out, result, _render)
