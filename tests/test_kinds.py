@@ -280,7 +280,7 @@ def test_relink_names_a_delegation_child_as_usage_error(root: Path) -> None:
 def test_list_tree_and_du_call_a_delegation_child_a_subagent(root: Path) -> None:
     delegation_root(root)
 
-    rows = {row.id: row.kind for row in list_sessions(Root(root)).rows}
+    rows = {row.id: row.kind for row in list_sessions(Root(root), everything=True).rows}
     assert rows["session-D"] == "subagent" and rows["session-C"] == "fork"
     assert [row.id for row in list_sessions(Root(root), kinds=["fork"]).rows] == ["session-C"]
 
