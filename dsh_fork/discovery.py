@@ -33,6 +33,7 @@ from .generations import (
 )
 from .layout import decode_segment, encode_segment, expand_home, resolve_root
 from .lookup import expand_prefix
+from .progress import SILENT, Progress
 from .reader import (
     HEADER_FIRST_READ,
     check_version,
@@ -362,6 +363,8 @@ class Root(Struct):
     """The dir texts of the listed entries (``listed_texts``), kept with them."""
     _seen: dict[str, _ProjectListing] = field(default_factory=dict)
     """What ``unknown_texts`` found in each project dir when it last listed it."""
+    progress: Progress | None = None
+    """Told of each session dir read by ``entries`` (the stage "sessions read")."""
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -462,8 +465,10 @@ class Root(Struct):
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
             found: list[SessionEntry] = []
             unlisted: list[SessionEntry] = []
+            progress = self.progress or SILENT
+            progress.stage("sessions read", len(jobs))
             with paused_gc():  # entries and headers: no cycle for the collector to walk
-                listed = _list_jobs(jobs, glance, sizes)
+                listed = _list_jobs(jobs, glance, sizes, progress)
             for entry in listed:
                 if entry is None:
                     continue
@@ -732,7 +737,7 @@ _Packed = tuple[
 
 
 def _list_jobs(
-    jobs: list[str | SessionEntry], glance: bool, sizes: bool
+    jobs: list[str | SessionEntry], glance: bool, sizes: bool, progress: Progress = SILENT
 ) -> list[SessionEntry | None]:
     """The entry of each job, in order: a dir's listing (``_list_entry``), or the entry of a
     project dir that could not be listed. A long listing is split with a forked child
@@ -742,10 +747,13 @@ def _list_jobs(
 
     glancing = _glancing() if glance else None
 
-    def run(part: list[str | SessionEntry]) -> list[SessionEntry | None]:
-        entries = [
-            e if isinstance(e, SessionEntry) else _list_entry(e, glancing, sizes) for e in part
-        ]
+    def run(part: list[str | SessionEntry], tell: Progress = SILENT) -> list[SessionEntry | None]:
+        entries: list[SessionEntry | None] = []
+        for job in part:
+            entries.append(
+                job if isinstance(job, SessionEntry) else _list_entry(job, glancing, sizes)
+            )
+            tell.advance()
         if sizes:
             for entry in entries:
                 if entry is not None and entry.sizes is None:  # not listed: sized alone
@@ -753,22 +761,23 @@ def _list_jobs(
         return entries
 
     if len(jobs) < SPLIT_MIN_DIRS:
-        return run(jobs)
+        return run(jobs, progress)
     from . import parallel
 
     cut = len(jobs) - int(len(jobs) * SPLIT_SHARE)
     later = jobs[cut:]
     child = parallel.start(lambda: [_pack(entry) for entry in run(later)])
     if child is None:
-        return run(jobs)
+        return run(jobs, progress)
     try:
-        mine = run(jobs[:cut])
+        mine = run(jobs[:cut], progress)
     except BaseException:
         child.cancel()
         raise
     packed = child.result()
     if not isinstance(packed, list) or len(packed) != len(later):
-        return mine + run(later)
+        return mine + run(later, progress)
+    progress.advance(len(later))  # the child's share, told when it is back
     return mine + [_unpack(item) for item in packed]
 
 

@@ -23,6 +23,7 @@ from .kinds import KindRule
 from .layout import oplog_path as default_oplog_path
 from .layout import resolve_root
 from .locking import probe
+from .progress import SILENT, Progress
 from .records import header_version
 from .validation import SEVERITIES, DirCheck, Severity, binding_problem, check_dir
 
@@ -391,10 +392,16 @@ def _named_dirs(root: Root, arg: str) -> list[Path]:
 
 
 def doctor(
-    root: Root, sessions: list[str] | None = None, *, oplog_path: Path | None = None
+    root: Root,
+    sessions: list[str] | None = None,
+    *,
+    oplog_path: Path | None = None,
+    progress: Progress = SILENT,
 ) -> DoctorReport:
     """Check the root rules and every session (or the named ones); read-only.
-    ``oplog_path``: the operation log that names the forks made without their tree."""
+    ``oplog_path``: the operation log that names the forks made without their tree;
+    ``progress`` is told of each session dir read, then of each session checked."""
+    root.progress = progress
     entries = root.entries()
     by_dir = {entry.session_dir: entry for entry in entries}
     if sessions:
@@ -429,7 +436,9 @@ def doctor(
 
     kinds = KindRule(root)
     forks = ForkRules(root, kinds, oplog_path=oplog_path, named=bool(sessions))
+    progress.stage("sessions checked", len(chosen))
     for entry in chosen:
+        progress.advance()
         check = check_dir(entry.session_dir)
         report.findings.extend(_session_findings(entry, check))
         report.findings.extend(_lineage(root, entry, check, by_id, kinds))
@@ -455,10 +464,12 @@ def doctor_arg(
     root_option: str | None,
     sessions: list[str] | None = None,
     env: Mapping[str, str] | None = None,
+    progress: Progress = SILENT,
 ) -> DoctorReport:
     """Resolve the root (``--root``, else ``$DSH_HOME/sessions``) and check it (the command)."""
     return doctor(
         Root(resolve_root(root_option, env)),
         sessions,
         oplog_path=default_oplog_path(root_option, env),
+        progress=progress,
     )

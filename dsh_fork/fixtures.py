@@ -21,6 +21,7 @@ from . import frames as zframes
 from .errors import Partial, UsageError
 from .generations import canonical_name
 from .layout import encode_segment, project_dir_name
+from .progress import SILENT, Progress
 from .records import dumps_record, encode_header
 from .writer import Body, ensure_session_dir, publish
 
@@ -389,10 +390,6 @@ def _text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choices(_WORDS, k=words))
 
 
-Progress = Callable[[int, int], None]
-"""``progress(done, total)``: sessions written so far, of how many."""
-
-
 class _Tree(Struct):
     """The state one ``generate`` run shares while it builds its session trees."""
 
@@ -494,7 +491,7 @@ def generate(
     old_generation: int = 0,
     workspaces: bool = False,
     phrases: bool = False,
-    progress: Progress | None = None,
+    progress: Progress = SILENT,
 ) -> FixtureSummary:
     """Write a deterministic root; OUT_ROOT must not exist or be empty (semantics §8).
 
@@ -548,14 +545,13 @@ def generate(
     for level, count in old_tree.per_depth.items():
         tree.per_depth[level] = tree.per_depth.get(level, 0) + count
     everything = v4_specs + legacy_specs + old_tree.specs
-    for done, spec in enumerate(everything, start=1):
+    progress.stage("sessions written", len(everything))
+    for spec in everything:
         if spec in old_tree.specs:
             write_spec_as(spec, out_root, 3)
         else:
             spec.publish(out_root, frame_target=frame_target)
-        if progress is not None:
-            progress(done, len(everything))
-    written = len(everything)
+        progress.advance()
     registry = None
     if workspaces:
         tops = [s for s in v4_specs + old_tree.specs if s.id in top_level or s.id in old]
@@ -567,8 +563,6 @@ def generate(
     if torn_tails:
         torn = _tear(out_root, top_level, tree)
     total = sum(1 for _ in out_root.glob("*/*"))
-    if progress is not None and total != written:
-        progress(total, total)
     return FixtureSummary(
         out_root,
         total,

@@ -10,7 +10,7 @@ check through the lookup.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from msgspec import Struct
 from .errors import UsageError
 from .layout import oplog_path, resolve_root
 from .lookup import check_root
+from .progress import SILENT, Progress
 
 if TYPE_CHECKING:  # each command imports only the library it runs
     from .agents import AgentTree
@@ -38,8 +39,6 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .salvage import SalvageResult
     from .search import SearchResult
     from .trash import EmptyResult, RestoreResult, TrashList, TrashResult
-
-Progress = Callable[[int, int, str], None]
 
 
 class Context(Struct, frozen=True):
@@ -141,13 +140,15 @@ def attach(ctx: Context, sessions: list[str], *, every: bool, dry_run: bool) -> 
     return attach_arg(sessions, ctx.root_option, every=every, dry_run=dry_run, env=ctx.env)
 
 
-def relink(ctx: Context, fork_child: str, *, dry_run: bool) -> RelinkSummary:
+def relink(
+    ctx: Context, fork_child: str, *, dry_run: bool, progress: Progress = SILENT
+) -> RelinkSummary:
     from .relink import relink_arg
 
-    return relink_arg(fork_child, ctx.root_option, dry_run=dry_run, env=ctx.env)
+    return relink_arg(fork_child, ctx.root_option, dry_run=dry_run, env=ctx.env, progress=progress)
 
 
-def relink_all(ctx: Context, *, dry_run: bool, progress: Progress | None) -> RelinkAllResult:
+def relink_all(ctx: Context, *, dry_run: bool, progress: Progress = SILENT) -> RelinkAllResult:
     from .relink import relink_all_arg
 
     ctx.whole_root()
@@ -166,11 +167,13 @@ def list_agents(ctx: Context, session: str, *, recursive: bool) -> AgentTree:
     return list_agents_arg(session, ctx.root_option, recursive=recursive, env=ctx.env)
 
 
-def doctor(ctx: Context, sessions: list[str] | None) -> DoctorReport:
+def doctor(
+    ctx: Context, sessions: list[str] | None, *, progress: Progress = SILENT
+) -> DoctorReport:
     from .doctor import doctor_arg
 
     ctx.whole_root()
-    return doctor_arg(ctx.root_option, sessions, env=ctx.env)
+    return doctor_arg(ctx.root_option, sessions, env=ctx.env, progress=progress)
 
 
 def list_sessions(
@@ -182,6 +185,7 @@ def list_sessions(
     now_ms: int,
     everything: bool = False,
     workspace: str | None = None,
+    progress: Progress = SILENT,
 ) -> SessionList:
     from .collector import keep
     from .discovery import Root
@@ -189,7 +193,7 @@ def list_sessions(
     from .listing import parse_since
 
     start = None if since is None else parse_since(since, now_ms)
-    root = Root(ctx.whole_root())
+    root = Root(ctx.whole_root(), progress=progress)
     listing = list_root(
         root,
         project=project,
@@ -287,13 +291,16 @@ def restore(ctx: Context, what: str, *, dry_run: bool) -> RestoreResult:
     return restore_entry(ctx.whole_root(), what, dry_run=dry_run)
 
 
-def _scope(ctx: Context, session: str | None) -> Root | Located:
-    """What ``tree`` and ``du`` read: the whole root (checked), or SESSION's family."""
+def _scope(ctx: Context, session: str | None, progress: Progress = SILENT) -> Root | Located:
+    """What ``tree`` and ``du`` read: the whole root (checked), or SESSION's family;
+    ``progress`` is told of each session dir read."""
     from .discovery import Root, locate
 
     if session is None:
-        return Root(ctx.whole_root())
-    return locate(session, ctx.root_option, ctx.env)
+        return Root(ctx.whole_root(), progress=progress)
+    located = locate(session, ctx.root_option, ctx.env)
+    located.root.progress = progress
+    return located
 
 
 TREE_FORMATS = ("text", "mermaid", "dot")
@@ -306,6 +313,7 @@ def tree(
     fmt: str = "text",
     as_json: bool = False,
     depth: int | None = None,
+    progress: Progress = SILENT,
 ) -> Lineage:
     """``tree``: the lineage; ``--format mermaid|dot`` is a picture's source, which has no
     JSON document, so it is refused beside ``--json`` rather than silently dropped."""
@@ -321,7 +329,9 @@ def tree(
     from .lineage import with_workspaces
     from .tree import narrow
 
-    return narrow(with_workspaces(lineage_of(_scope(ctx, session), session=session)), depth)
+    return narrow(
+        with_workspaces(lineage_of(_scope(ctx, session, progress), session=session)), depth
+    )
 
 
 def diff(ctx: Context, a: str, b: str) -> DiffResult:
@@ -331,10 +341,12 @@ def diff(ctx: Context, a: str, b: str) -> DiffResult:
     return diff_sessions(locate(a, ctx.root_option, ctx.env), locate(b, ctx.root_option, ctx.env))
 
 
-def du(ctx: Context, session: str | None, *, top: int | None) -> DiskUsage:
+def du(
+    ctx: Context, session: str | None, *, top: int | None, progress: Progress = SILENT
+) -> DiskUsage:
     from .du import disk_usage_of
 
-    return disk_usage_of(_scope(ctx, session), session=session, top=top)
+    return disk_usage_of(_scope(ctx, session, progress), session=session, top=top)
 
 
 def fixture(out_root: Path, **options: Any) -> FixtureSummary:

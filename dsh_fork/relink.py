@@ -16,7 +16,7 @@ import bisect
 import contextlib
 import os
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,6 +45,7 @@ from .kinds import DELEGATION_WHY, KindRule
 from .locking import SessionLock, running
 from .model import TURN_TYPES, Facts, facts_of
 from .oplog import OpLog
+from .progress import SILENT, Progress
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import SessionLog, current_generation, open_log, read_header
 from .records import Event, dumps_record, held, parse_line
@@ -809,6 +810,8 @@ class _Walker:
         self.held = 0
         """Copy locks held by the batches of the levels being walked."""
         self.workspace: Workspace | None = None
+        self.progress: Progress = SILENT
+        """Told of each agent done (copied, skipped or failed), as the operation log is."""
         self._listed: set[str] | None = None
         self._names: set[str] = set()
 
@@ -821,6 +824,7 @@ class _Walker:
 
     def _tick(self) -> None:
         self.done += 1
+        self.progress.advance()
         if self.done % messages.PROGRESS_EVERY == 0 and self.done < self.total:
             self.log.write(
                 messages.PROGRESS,
@@ -1219,9 +1223,11 @@ def _run(
     new_id: IdFactory,
     children: int,
     workspace: Workspace | None = None,
+    progress: Progress = SILENT,
 ) -> None:
     """Log, walk and log the summary: the part every entry point shares."""
     total, copies = _counted(level)
+    progress.stage("agents planned" if summary.dry_run else "agents copied", total)
     if copies:
         log.write(
             messages.COPYING,
@@ -1234,6 +1240,7 @@ def _run(
         )
     walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
     walker.workspace = workspace
+    walker.progress = progress
     for failure in summary.failed:  # found before the walk (unreadable sessions)
         walker.log.write(
             messages.CHILD_FAILED,
@@ -1373,6 +1380,7 @@ def relink(
     new_id: IdFactory = new_session_id,
     unreadable: list[dict[str, Any]] | None = None,
     kinds: KindRule | None = None,
+    progress: Progress = SILENT,
 ) -> RelinkSummary:
     """Copy the subagent trees of C's fork chain under the fork child C (semantics §4).
 
@@ -1445,6 +1453,7 @@ def relink(
             new_id=new_id,
             children=len(root.children_of(parent_id)),
             workspace=moved,
+            progress=progress,
         )
         return summary
     finally:
@@ -1489,6 +1498,20 @@ def _read_fork_child(
     return appended.log, appended.facts
 
 
+class _Within:
+    """The progress of one fork child inside ``relink --all``: its agents advance the run's
+    one stage; the stage it would start of its own is not started."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+
+    def stage(self, what: str, total: int | None = None) -> None:
+        return None
+
+    def advance(self, count: int = 1) -> None:
+        self._progress.advance(count)
+
+
 def relink_all(
     root: Root,
     *,
@@ -1496,7 +1519,7 @@ def relink_all(
     oplog_path: Path | None = None,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Progress = SILENT,
 ) -> RelinkAllResult:
     """Relink every user fork of the root, in (createdAt, id) order; one failing fork child
     (locked, below v4, unreadable) is a failed item and does not stop the others.
@@ -1518,13 +1541,14 @@ def relink_all(
             result.failed.append({**item, "forkChild": None})
         else:  # claimed by the fork whose tree names it, else a warning
             unreadable.append(item)
-    for index, entry in enumerate(forks):
+    # one stage for the whole run: the agents of every fork child, counted as they are done
+    progress.stage("agents planned" if dry_run else "agents copied")
+    within = _Within(progress)
+    for entry in forks:
         fork_id = entry.id or entry.session_dir.name
         if fork_id in on_purpose:
             result.skipped.append({"forkChild": fork_id, "reason": NO_AGENTS_REASON})
             continue
-        if progress is not None:
-            progress(index, len(forks), fork_id)
         try:
             summary = relink(
                 root,
@@ -1535,6 +1559,7 @@ def relink_all(
                 new_id=new_id,
                 unreadable=unreadable,
                 kinds=kinds,
+                progress=within,
             )
         except DshForkError as exc:
             result.failed.append(
@@ -1550,8 +1575,6 @@ def relink_all(
         result.results.append(summary)
         for item in summary.problems():
             result.failed.append({**item, "forkChild": fork_id})
-    if progress is not None:
-        progress(len(forks), len(forks), "")
     claimed = {item["id"] for item in result.failed}
     for item in unreadable:
         if item["id"] not in claimed:
@@ -1597,14 +1620,17 @@ def relink_arg(
     *,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
+    progress: Progress = SILENT,
 ) -> RelinkSummary:
     """Resolve a FORK_CHILD argument and relink it (the ``relink`` command)."""
     located = locate(arg, root_option, env)
+    located.root.progress = progress
     summary = relink(
         located.root,
         located.session_dir,
         dry_run=dry_run,
         oplog_path=layout.oplog_path(root_option, env),
+        progress=progress,
     )
     summary.warnings[:0] = located.warnings
     if not dry_run and summary.fork_child is not None:  # preconditions held: bad input
@@ -1621,11 +1647,11 @@ def relink_all_arg(
     root_option: str | None,
     *,
     dry_run: bool = False,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Progress = SILENT,
     env: Mapping[str, str] | None = None,
 ) -> RelinkAllResult:
     """Relink every fork child of the root named by ``--root`` or ``DSH_HOME``."""
-    root = Root(layout.resolve_root(root_option, env))
+    root = Root(layout.resolve_root(root_option, env), progress=progress)
     result = relink_all(
         root,
         dry_run=dry_run,

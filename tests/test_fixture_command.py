@@ -338,15 +338,3 @@ def test_json_output_and_the_new_flags(tmp_path: Path) -> None:
     assert document["sessions"] == len(Root(out).entries())
     assert len(document["forks"]) == 2 and len(document["legacyForks"]) == 1
     assert document["perDepth"] == {"0": 2, "1": 4}
-
-
-def test_large_roots_report_progress_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    from dsh_fork.cli.fixture import _progress
-
-    for done in (1, 999, 1000, 1500, 2000):
-        _progress(done, 2000)
-    _progress(3, 3)  # small roots stay quiet
-    assert capsys.readouterr().err.splitlines() == [
-        "fixture: 1000 of 2000 sessions written",
-        "fixture: 2000 of 2000 sessions written",
-    ]

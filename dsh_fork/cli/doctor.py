@@ -73,6 +73,11 @@ def doctor_command(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    report = run(out, lambda: porcelain.doctor(ctx, sessions or None), where=ctx.root)
+    from .progress import meter
+
+    with meter(out) as bar:
+        report = run(
+            out, lambda: porcelain.doctor(ctx, sessions or None, progress=bar), where=ctx.root
+        )
     keep(ctx, report)
     emit(out, report, render)

@@ -117,6 +117,9 @@ def _du(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    usage = run(out, lambda: porcelain.du(ctx, session, top=top), where=ctx.root)
+    from .progress import meter
+
+    with meter(out) as bar:
+        usage = run(out, lambda: porcelain.du(ctx, session, top=top, progress=bar), where=ctx.root)
     keep(ctx, usage)
     emit(out, usage, lambda o, u: _render(o, u, exact))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,15 +11,6 @@ from .base import JSON_HELP, Out, app, emit, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fixtures import FixtureSummary
-
-PROGRESS_EVERY = 1000
-"""A progress line on stderr after every this many sessions (large roots only)."""
-
-
-def _progress(done: int, total: int) -> None:
-    if total >= PROGRESS_EVERY and (done % PROGRESS_EVERY == 0 or done == total):
-        sys.stderr.write(f"fixture: {done} of {total} sessions written\n")
-        sys.stderr.flush()
 
 
 @app.command(
@@ -76,31 +66,33 @@ def fixture(
       dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2 --forks 1
     """
     from .. import porcelain
+    from .progress import meter
 
     out = Out(json_mode=json_mode)
-    summary = run(
-        out,
-        lambda: porcelain.fixture(
-            out_root,
-            sessions=sessions,
-            agents=agents,
-            depth=depth,
-            turns=turns,
-            seed=seed,
-            tools=tools,
-            forks=forks,
-            fork_depth=fork_depth,
-            relinked=relinked,
-            legacy=legacy,
-            open_turns=open_turns,
-            torn_tails=torn_tails,
-            old_generation=old_generation,
-            workspaces=workspaces,
-            phrases=phrases,
-            progress=_progress,
-        ),
-        where=out_root,
-    )
+    with meter(out) as bar:
+        summary = run(
+            out,
+            lambda: porcelain.fixture(
+                out_root,
+                sessions=sessions,
+                agents=agents,
+                depth=depth,
+                turns=turns,
+                seed=seed,
+                tools=tools,
+                forks=forks,
+                fork_depth=fork_depth,
+                relinked=relinked,
+                legacy=legacy,
+                open_turns=open_turns,
+                torn_tails=torn_tails,
+                old_generation=old_generation,
+                workspaces=workspaces,
+                phrases=phrases,
+                progress=bar,
+            ),
+            where=out_root,
+        )
     emit(out, summary, _render)
 
 

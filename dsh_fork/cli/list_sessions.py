@@ -159,18 +159,22 @@ def _list(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    listing = run(
-        out,
-        lambda: porcelain.list_sessions(
-            ctx,
-            project=project,
-            kinds=kind or None,
-            since=since,
-            now_ms=now_ms(),
-            everything=everything,
-            workspace=workspace,
-        ),
-        where=ctx.root,
-    )
+    from .progress import meter
+
+    with meter(out) as bar:
+        listing = run(
+            out,
+            lambda: porcelain.list_sessions(
+                ctx,
+                project=project,
+                kinds=kind or None,
+                since=since,
+                now_ms=now_ms(),
+                everything=everything,
+                workspace=workspace,
+                progress=bar,
+            ),
+            where=ctx.root,
+        )
     keep(ctx, listing)
     emit(out, listing, lambda o, result: render(o, result, exact))

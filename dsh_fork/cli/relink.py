@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import typer
@@ -15,34 +12,7 @@ from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, 
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..relink import RelinkAllResult, RelinkSummary
-
-Progress = Callable[[int, int, str], None]
-
-
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    """A rich progress bar on stderr, only when stderr is a terminal."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    with Progress(
-        TextColumn("relinking"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("", total=None)
-
-        def update(done: int, total: int, fork_id: str) -> None:
-            bar.update(task, completed=done, total=total, description=fork_id)
-
-        yield update
-
+    from .progress import Meter
 
 SKIP_REASONS = {
     "running": "running: a live DSH process holds it; rerun later",
@@ -145,28 +115,12 @@ def _render_all(out: Out, result: RelinkAllResult) -> None:
         out.line("skipped items that are open (no completed turn yet): rerun once they have one")
 
 
-class _Tracker:
-    """Where relink --all is, for the summary Ctrl-C prints (and the bar on a terminal)."""
-
-    def __init__(self, bar: Progress | None) -> None:
-        self.bar = bar
-        self.done = 0
-        self.total: int | None = None
-
-    def __call__(self, done: int, total: int, fork_id: str) -> None:
-        self.done, self.total = done, total
-        if self.bar is not None:
-            self.bar(done, total, fork_id)
-
-    def interrupted(self) -> str:
-        if self.total is None:
-            return "interrupted before any fork child was relinked"
-        remaining = self.total - self.done
-        return (
-            f"interrupted: {self.done} of {self.total} fork children done, {remaining} "
-            "remaining; rerun `dsh-fork relink --all` to finish (a rerun completes a "
-            "half-done fork child)"
-        )
+def _interrupted(bar: Meter) -> str:
+    """What Ctrl-C says: how many agents were done, and how to finish."""
+    return (
+        f"interrupted: {bar.summary()}; rerun `dsh-fork relink --all` to finish (a rerun "
+        "completes a half-done fork child)"
+    )
 
 
 @app.command(
@@ -202,6 +156,7 @@ def relink(
       dsh-fork relink --all --json
     """
     from .. import porcelain
+    from .progress import meter
 
     out = Out(json_mode)
     if all_forks == (fork_child is not None):
@@ -209,16 +164,21 @@ def relink(
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
     if all_forks:
-        with _progress_bar(not out.quiet) as bar:
-            tracker = _Tracker(bar)
+        with meter(out) as bar:
             result = run(
                 out,
-                lambda: porcelain.relink_all(ctx, dry_run=dry_run, progress=tracker),
+                lambda: porcelain.relink_all(ctx, dry_run=dry_run, progress=bar),
                 where=ctx.root,
-                interrupted=tracker.interrupted,
+                interrupted=lambda: _interrupted(bar),
             )
         emit(out, result, _render_all)
         return
     assert fork_child is not None
-    summary = run(out, lambda: porcelain.relink(ctx, fork_child, dry_run=dry_run), where=ctx.root)
+    child = fork_child
+    with meter(out) as bar:
+        summary = run(
+            out,
+            lambda: porcelain.relink(ctx, child, dry_run=dry_run, progress=bar),
+            where=ctx.root,
+        )
     emit(out, summary, _render)

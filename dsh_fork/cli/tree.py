@@ -118,11 +118,16 @@ def _tree(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    lineage = run(
-        out,
-        lambda: porcelain.tree(ctx, session, fmt=fmt.value, as_json=json_mode, depth=depth),
-        where=ctx.root,
-    )
+    from .progress import meter
+
+    with meter(out) as bar:
+        lineage = run(
+            out,
+            lambda: porcelain.tree(
+                ctx, session, fmt=fmt.value, as_json=json_mode, depth=depth, progress=bar
+            ),
+            where=ctx.root,
+        )
     keep(ctx, lineage)
     if fmt is Format.text:
         emit(out, lineage, _render)

@@ -1,0 +1,129 @@
+"""Progress (issue 35): the library tells a ``Progress`` each stage and unit of its work,
+counted in what the user waits for (sessions read, sessions checked, agents copied, sessions
+written); the command line draws it on a terminal's stderr only, never with -q or --json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from relinkkit import fork_of, subagent
+
+from dsh_fork import porcelain
+from dsh_fork.cli import progress as cli_progress
+from dsh_fork.cli.base import Out, state
+from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.porcelain import Context
+from dsh_fork.progress import SILENT
+
+
+class Told:
+    """A ``Progress`` that records each stage with the units told in it."""
+
+    def __init__(self) -> None:
+        self.stages: list[list[object]] = []
+
+    def stage(self, what: str, total: int | None = None) -> None:
+        self.stages.append([what, total, 0])
+
+    def advance(self, count: int = 1) -> None:
+        self.stages[-1][2] = int(str(self.stages[-1][2])) + count
+
+    def seen(self) -> list[tuple[object, ...]]:
+        return [tuple(stage) for stage in self.stages]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    root = tmp_path / "sessions"
+    generate(root, sessions=3, agents=2, depth=1, turns=1, seed=2)
+    return root
+
+
+def test_the_fixture_counts_sessions_written(tmp_path: Path) -> None:
+    told = Told()
+    generate(tmp_path / "s", sessions=2, agents=3, depth=1, turns=1, progress=told)
+    assert told.seen() == [("sessions written", 8, 8)]
+
+
+@pytest.mark.parametrize("command", ["list", "tree", "du"])
+def test_the_readers_count_sessions_read(home: Path, command: str) -> None:
+    told = Told()
+    ctx = Context.of(str(home))
+    if command == "list":
+        porcelain.list_sessions(ctx, project=None, kinds=None, since=None, now_ms=0, progress=told)
+    elif command == "tree":
+        porcelain.tree(ctx, None, progress=told)
+    else:
+        porcelain.du(ctx, None, top=None, progress=told)
+    assert told.seen() == [("sessions read", 9, 9)]
+
+
+def test_doctor_counts_sessions_read_then_checked(home: Path) -> None:
+    told = Told()
+    porcelain.doctor(Context.of(str(home)), None, progress=told)
+    assert told.seen() == [("sessions read", 9, 9), ("sessions checked", 9, 9)]
+
+
+def test_relink_counts_agents_copied_not_fork_children(root: Path) -> None:
+    """Two forks of a parent with three subagents: six agents copied, in one stage."""
+    clock = Clock()
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd="/w")
+    parent.turn(clock)
+    agents = [subagent(clock, f"session-a{i}", parent, label=f"a{i}", cwd="/w") for i in range(3)]
+    for agent in agents:
+        parent.catalog(clock, agent, label=agent.id)
+    parent.turn(clock)
+    forks = [fork_of(parent, f"session-F{i}", clock()) for i in range(2)]
+    for spec in (parent, *agents, *forks):
+        spec.publish(root)
+
+    told = Told()
+    result = porcelain.relink_all(Context.of(str(root)), dry_run=False, progress=told)
+
+    assert not result.failed
+    assert told.seen() == [("sessions read", 6, 6), ("agents copied", None, 6)]
+
+
+def test_the_silent_progress_is_the_default(home: Path) -> None:
+    SILENT.stage("x", 1)
+    SILENT.advance()
+    listing = porcelain.list_sessions(
+        Context.of(str(home)), project=None, kinds=None, since=None, now_ms=0
+    )
+    assert listing.total == 9
+
+
+@pytest.mark.parametrize(
+    ("terminal", "quiet", "json_mode", "drawn"),
+    [
+        (True, False, False, True),
+        (False, False, False, False),  # piped: nothing on stderr
+        (True, True, False, False),  # -q
+        (True, False, True, False),  # --json
+    ],
+)
+def test_the_display_is_drawn_only_on_a_terminal_without_q_or_json(
+    monkeypatch: pytest.MonkeyPatch, terminal: bool, quiet: bool, json_mode: bool, drawn: bool
+) -> None:
+    monkeypatch.setattr(cli_progress, "_stderr_is_terminal", lambda: terminal)
+    monkeypatch.setattr(state, "quiet", quiet)
+    assert cli_progress.meter(Out(json_mode)).draw is drawn
+
+
+def test_a_meter_counts_for_the_interrupted_summary() -> None:
+    with cli_progress.Meter(draw=False) as bar:
+        bar.stage("agents copied")
+        bar.advance()
+        bar.advance(36)
+        assert bar.summary() == "37 agents copied"
+        bar.stage("sessions read", 100)
+        bar.advance(3)
+        assert bar.summary() == "3 of 100 sessions read"
+
+
+def test_a_piped_run_writes_nothing_on_stderr(home: Path) -> None:
+    for args in (["list"], ["doctor"], ["tree"], ["du"]):
+        result = run_cli("--root", home, *args)
+        assert result.exit_code == 0 and result.stderr == "", args
