@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest demo bench clean fixtures
+.PHONY: test lint typecheck pytest demo bench clean fixtures schemas
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 
 bench-large: $(STAMP)
 	$(BIN)/python -m tests.bench.run --large
+
+# The JSON Schemas shipped in the package, made from dsh_fork/documents.py (docs/schemas.md).
+schemas: $(STAMP)
+	$(BIN)/python -m dsh_fork.schemas
 
 fixtures: $(STAMP)
 	rm -rf fixtures/example-home

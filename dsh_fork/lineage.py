@@ -114,7 +114,7 @@ class Node(Struct):
         return None if self.cut is None or self.cut < 1 else self.cut - 1
 
     def to_json(self) -> dict[str, Any]:
-        """Every key, in the order of ``schemas/tree.schema.json``, null when unset: one dict
+        """Every key, in the order of ``documents.TreeNode``, null when unset: one dict
         display (a root of 100,000 sessions has as many nodes)."""
         cut = self.cut
         children = self.children

@@ -4,7 +4,7 @@ A command returns one typed result. Renderers read its attributes; ``--json`` pr
 ``document(result)``: the result's ``to_json()`` with ``schemaVersion`` first. A result whose
 ``partial()`` is an error (some items failed) is still printed in full, then exits 10; under
 ``--json`` its document carries the error beside the result (``error``), so every field sits
-at the same JSON path whether the run was partial or not. The shapes are in ``schemas/``.
+at the same JSON path whether the run was partial or not. The shapes are in documents.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from safetykit import CASES, STATS, guarded, is_moving, is_read_only, roots_of
+from schemakit import check_run
 from typer.testing import CliRunner
 
 from dsh_fork import faults
@@ -171,6 +172,7 @@ def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> Result:
     Every run is checked by the source guard (``safetykit``): each generation file under the
     roots the command line names stays byte-identical, or — for fork and relink — keeps its
     committed bytes and gains only whole frames; read-only commands change nothing at all.
+    A ``--json`` document is checked against its schema (``schemakit``).
     """
     argv = [str(a) for a in args]
     runner = CliRunner()
@@ -179,6 +181,7 @@ def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> Result:
         roots_of(argv, env), read_only=is_read_only(argv), what=" ".join(argv), moving=moving
     ):
         result = runner.invoke(app, argv, env=env, catch_exceptions=False)
+    check_run(argv, result.stdout)
     return Result(result.exit_code, result.stdout, result.stderr)
 
 

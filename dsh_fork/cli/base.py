@@ -54,8 +54,8 @@ HELP = f"""Offline fork, subagent relink and inspection of DSH session logs.
 The sessions root is --root, else $DSH_HOME/sessions (DSH_HOME defaults to ~/.dsh). A
 SESSION is a session id, a unique prefix of one (its `session-` may be left out), a session
 dir, or a log file inside one.
-With --json every command prints exactly one JSON document on stdout (schemas/ in the
-source tree describes each; an error is {{"error": {{"code": ..., "message": ...}}}}).
+With --json every command prints exactly one JSON document on stdout (`dsh-fork schema
+COMMAND` prints its JSON Schema; an error is {{"error": {{"code": ..., "message": ...}}}}).
 
 \b
 Exit codes:

@@ -1,0 +1,1122 @@
+"""The shape of every ``--json`` document, as msgspec Structs: the one source of the JSON Schemas.
+
+Each command's result makes its document in ``to_json`` (results.py); the Structs here say what
+that document holds, and ``schemas.py`` turns them into the JSON Schemas shipped in the package
+(``dsh_fork/schemas/``, printed by ``dsh-fork schema``). The test suite checks every document a
+command prints against them, so a field added to a ``to_json`` and not here fails the tests.
+To add or change a field: edit its Struct here, then ``make schemas`` (docs/schemas.md).
+
+Field names are snake_case and rename to the documents' camelCase keys. A key a document holds
+only in some runs is ``UNSET`` by default (absent, never null); a key that is always there but
+may be null is ``X | None`` without a default. ``forbid_unknown_fields`` marks the objects whose
+keys are closed (``additionalProperties: false``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from msgspec import UNSET, Meta, Struct, UnsetType, field
+
+EpochMs = Annotated[int, Meta(description="Epoch milliseconds, as stored.")]
+IsoTime = Annotated[
+    str, Meta(description="The same time as ISO-8601 UTC (2026-01-02T03:04:05.678Z).")
+]
+ErrorCode = Literal[
+    "INTERNAL",
+    "USAGE",
+    "SESSION_NOT_FOUND",
+    "INVALID_BOUNDARY",
+    "OPEN_TURN",
+    "SESSION_ALREADY_EXISTS",
+    "SESSION_LOCKED",
+    "SESSION_STALE",
+    "UNSUPPORTED_FORMAT",
+    "CORRUPT_LOG",
+    "IO_ERROR",
+]
+"""The codes of errors.ALL_ERRORS but PARTIAL (a test holds the two lists equal)."""
+TreeKind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+class Error(Struct, rename="camel"):
+    """code and message always; the other fields when they apply."""
+
+    code: ErrorCode
+    message: str
+    session: str | UnsetType = UNSET
+    path: str | UnsetType = UNSET
+    requested: int | UnsetType = UNSET
+    valid_boundaries: list[Any] | UnsetType = UNSET
+    lock_path: str | UnsetType = UNSET
+    version: int | UnsetType = UNSET
+    hint: str | UnsetType = UNSET
+    frame: int | UnsetType = UNSET
+    offset: int | UnsetType = UNSET
+    line: int | UnsetType = UNSET
+    candidates: (
+        Annotated[list[str], Meta(description="The ids an ambiguous prefix matches.")] | UnsetType
+    ) = UNSET
+
+
+class ErrorDocument(Struct, rename="camel", forbid_unknown_fields=True):
+    """The document of a command that ended with an error."""
+
+    schema_version: Literal[1]
+    error: Error
+
+
+class FailedItem(Struct, rename="camel"):
+    """An item of a run that failed."""
+
+    id: str
+    code: str
+    message: str
+    fork_child: str | UnsetType = UNSET
+
+
+class ForkFailedItem(Struct, rename="camel"):
+    """An item of ``relink --all`` that failed, with the fork child it belongs to."""
+
+    id: str
+    code: str
+    message: str
+    fork_child: str
+
+
+class PartialError(Struct, rename="camel", forbid_unknown_fields=True):
+    """Beside a result whose run finished with failed items (exit 10)."""
+
+    code: Literal["PARTIAL"]
+    message: str
+    failed: list[FailedItem]
+    next: (
+        Annotated[str, Meta(description="The command that finishes the work, when there is one.")]
+        | UnsetType
+    ) = UNSET
+
+
+PartialMember = (
+    Annotated[PartialError, Meta(description="Present only when the run was PARTIAL (exit 10).")]
+    | UnsetType
+)
+
+
+class Document(Struct, rename="camel", kw_only=True):
+    """What every result's document holds besides its own keys."""
+
+    error: PartialMember = UNSET
+
+
+Version1 = Annotated[Literal[1], Meta(description="Raised on an incompatible change.")]
+
+
+# -- fork and relink --------------------------------------------------------------------------
+
+
+class WorkspaceJoin(Struct, rename="camel"):
+    """Which workspace of DSH's registry a session joined, or why none (docs/workspaces.md)."""
+
+    session: str | None
+    status: Literal["joined", "would-join", "already", "none", "skipped", "refused"]
+    workspace: Annotated[str | None, Meta(description="The record's id in the registry.")]
+    title: str | None
+    path: str | None
+    reason: Annotated[str | None, Meta(description="Why no workspace (none, skipped, refused).")]
+    archived: Annotated[
+        bool, Meta(description="The session is in archivedSessionIds (left there).")
+    ]
+
+
+class ForkChild(Struct, rename="camel"):
+    """The child a fork wrote (or, with --dry-run, would write)."""
+
+    id: str | None
+    path: str | None
+    project_dir: str
+    parent_session: str
+    boundary: int | None
+    inherited_events: int
+    agent_preset: str | None
+    created_at: EpochMs | None
+    created_at_iso: IsoTime | None
+    title: Annotated[
+        str | None,
+        Meta(
+            description="The title event appended to the child (DSH's increased title, or "
+            "--title); null: none appended (--keep-title, or the source has no title)."
+        ),
+    ]
+    source_title: Annotated[
+        str | None,
+        Meta(description="The source's latest session/title, what the default title increases."),
+    ]
+    cwd: Annotated[str, Meta(description="With --cwd: the child's working dir.")] | UnsetType = (
+        UNSET
+    )
+    inbox_canceled: (
+        Annotated[
+            dict[str, int],
+            Meta(description="With --drop-inherited-inbox: pending items canceled per target."),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
+class CopiedAgent(Struct, rename="camel"):
+    """A subagent copied under the fork child."""
+
+    source: str
+    copy: str | None
+    parent: str | None
+    depth: int
+
+
+class SkippedAgent(Struct, rename="camel"):
+    """A subagent not copied, and why."""
+
+    id: str
+    reason: Annotated[
+        str,
+        Meta(
+            description="running (held by a live DSH process: rerun later) or open "
+            "(no completed turn yet), ..."
+        ),
+    ]
+
+
+class UncatalogableAgent(Struct, rename="camel"):
+    """A copy for which no catalog fact can be made."""
+
+    id: str | None
+    source: str | None
+    reason: str
+
+
+class RelinkSummary(Struct, rename="camel", kw_only=True):
+    """The outcome of relinking one fork child's subagents."""
+
+    fork_child: str | None
+    source: str | None
+    copied: list[CopiedAgent]
+    skipped: list[SkippedAgent]
+    unrelated: list[str]
+    uncatalogable: list[UncatalogableAgent]
+    catalogued: Annotated[
+        list[str],
+        Meta(
+            description="Existing copies whose missing catalog entry was added (catalog repaired)."
+        ),
+    ]
+    descriptors_repaired: list[str]
+    failed: list[FailedItem]
+    unresumable: (
+        Annotated[
+            list[str],
+            Meta(
+                description="Copies written by this run that failed the check made by reading "
+                "them back (own descriptor, free lock, no open turn, catalog fact in the "
+                "parent); each is also a failed item UNRESUMABLE. Empty in a dry run."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    dry_run: bool
+    warnings: list[str]
+
+
+class ForkDocument(Document):
+    """fork SOURCE"""
+
+    schema_version: Version1
+    child: ForkChild
+    agents: Annotated[RelinkSummary | None, Meta(description="null with --no-agents.")]
+    dry_run: bool
+    frames_copied: int
+    frames_reencoded: int
+    workspace: Annotated[
+        WorkspaceJoin | None,
+        Meta(
+            description="The workspace the child joined (or would join), or why none; null "
+            "only when no fork was planned."
+        ),
+    ]
+
+
+class LeftBehind(Struct, rename="camel", forbid_unknown_fields=True):
+    """What a salvaged child does not hold, from which seq and byte of the source, and why."""
+
+    from_seq: Annotated[int, Meta(ge=0, description="The first seq not in the child.")]
+    kept_events: Annotated[int, Meta(ge=0, description="Events DSH would read before the defect.")]
+    from_byte: Annotated[
+        Annotated[int, Meta(ge=0)] | None,
+        Meta(description="Where the defect's data begins in the source file."),
+    ]
+    reason: Annotated[str, Meta(description="The defect, as the reader names it.")]
+    dropped_open_turn_events: Annotated[
+        int, Meta(ge=0, description="Readable events after the boundary, in a turn left open.")
+    ]
+    bytes_left: Annotated[int, Meta(ge=0)]
+
+
+class SalvageDocument(ForkDocument):
+    """salvage"""
+
+    left_behind: LeftBehind
+
+
+class RelinkDocument(RelinkSummary, kw_only=True):
+    """relink FORK_CHILD"""
+
+    schema_version: Version1
+    error: PartialMember = UNSET
+
+
+class SkippedFork(Struct, rename="camel"):
+    """A fork child relink --all left alone."""
+
+    fork_child: str
+    reason: Literal["no-agents"]
+
+
+class RelinkAllDocument(Document):
+    """relink --all"""
+
+    schema_version: Version1
+    results: list[RelinkSummary]
+    failed: list[ForkFailedItem]
+    skipped: Annotated[
+        list[SkippedFork],
+        Meta(
+            description="Fork children left alone on purpose: made with fork --no-agents (the "
+            "operation log says so); relink FORK_CHILD still relinks one."
+        ),
+    ]
+
+
+# -- inspect, list-agents, diff ---------------------------------------------------------------
+
+
+class Turn(Struct, rename="camel", forbid_unknown_fields=True):
+    """One turn of a session, as inspect --turns lists it."""
+
+    turn: Annotated[int, Meta(description="1-based, as fork --turn N counts.")]
+    start_seq: int
+    end_seq: Annotated[
+        int | None, Meta(description="Seq of its turn/end; null while the turn is open.")
+    ]
+    last_seq: Annotated[int, Meta(description="The last event before the next turn/start.")]
+    end_time: EpochMs | None
+    reason: str | None
+    user: Annotated[str | None, Meta(description="First line of the user's message, clipped.")]
+    tools: list[str]
+    agents: list[str]
+    inherited: Annotated[bool, Meta(description="The turn ends inside the inherited prefix.")]
+    valid_boundary: Annotated[bool, Meta(description="Its turn/end is a fork boundary.")]
+
+
+class Generation(Struct, rename="camel"):
+    """The chosen log generation."""
+
+    version: int
+    file: str
+    encoding: Literal["zstd", "plain"]
+
+
+class PathBinding(Struct, rename="camel"):
+    """Whether the session's dir is where its header says it belongs."""
+
+    ok: bool
+    problem: str | None
+
+
+class Counts(Struct, rename="camel"):
+    """Findings by severity."""
+
+    error: int
+    warning: int
+    info: int
+
+
+class InspectDocument(Document):
+    """inspect SESSION"""
+
+    schema_version: Version1
+    session: str
+    path: str
+    header: dict[str, Any]
+    generation: Generation
+    generations: list[dict[str, Any]]
+    root_encoding: str
+    path_binding: PathBinding
+    frames: Annotated[dict[str, Any] | None, Meta(description="null for a plain-text log.")]
+    torn_tail: dict[str, Any] | None
+    lock: str
+    events: dict[str, Any]
+    turns: dict[str, Any]
+    boundaries: dict[str, Any]
+    inheritance: dict[str, Any]
+    findings: list[dict[str, Any]]
+    counts: Counts
+    ignored_files: list[str] | UnsetType = UNSET
+    descriptor: dict[str, Any] | UnsetType | None = UNSET
+    catalog: (
+        Annotated[
+            list[Any], Meta(description="The own-range catalog (entries at or after the cut).")
+        ]
+        | UnsetType
+    ) = UNSET
+    title: str | UnsetType | None = UNSET
+    preset: str | UnsetType | None = UNSET
+    model: dict[str, Any] | UnsetType = UNSET
+    pending_inbox: list[Any] | UnsetType = UNSET
+    event_list: (
+        Annotated[list[Any], Meta(description="With --events: one entry per event.")] | UnsetType
+    ) = UNSET
+    turn_list: Annotated[list[Turn], Meta(description="Present only with --turns.")] | UnsetType = (
+        UNSET
+    )
+
+
+class AgentRow(Struct, rename="camel"):
+    """A subagent, as list-agents shows it."""
+
+    id: str
+    on_disk: bool
+    in_panel: bool
+    flags: list[str]
+    children: list[AgentRow]
+    label: str | UnsetType | None = UNSET
+    mode: str | UnsetType | None = UNSET
+    provider: str | UnsetType | None = UNSET
+    model: str | UnsetType | None = UNSET
+    created_at: EpochMs | UnsetType | None = UNSET
+    created_at_iso: IsoTime | UnsetType | None = UNSET
+    turns: int | UnsetType | None = UNSET
+    status: str | UnsetType | None = UNSET
+    copy_of: str | UnsetType | None = UNSET
+
+
+class ListAgentsDocument(Document):
+    """list-agents SESSION"""
+
+    schema_version: Version1
+    session: str
+    flags: list[str]
+    children: list[AgentRow]
+    forks: list[dict[str, Any]]
+
+
+class DiffSide(Struct, rename="camel", forbid_unknown_fields=True):
+    """One of the two sessions diff compares."""
+
+    id: str
+    path: str
+    kind: Annotated[
+        Literal["root", "fork", "subagent", "seeded-subagent", "linked"],
+        Meta(description="By header, as tree names kinds (a copy is a seeded-subagent here)."),
+    ]
+    parent_session: str | None
+    events: int
+    cut: Annotated[int, Meta(description="Events inherited (0 for an unseeded session).")]
+    split_event_type: Annotated[
+        str | None,
+        Meta(
+            description="Type of the event at the first differing seq; null when this side "
+            "ends before it."
+        ),
+    ]
+    split_turn: int | None
+    tail: Annotated[list[Turn], Meta(description="The turns from the split on.")]
+    subagents: Annotated[
+        list[AgentRow],
+        Meta(description="Its subagents on disk, as list-agents rows (children not listed)."),
+    ]
+
+
+class DiffDocument(Document, forbid_unknown_fields=True):
+    """diff A B"""
+
+    schema_version: Version1
+    a: DiffSide
+    b: DiffSide
+    relation: str
+    common_prefix: Annotated[int, Meta(description="Leading events byte-identical on both sides.")]
+    no_common_prefix: bool
+    identical: bool
+    first_differing_seq: Annotated[int | None, Meta(description="null when identical.")]
+    differs: Annotated[
+        bool,
+        Meta(
+            description="Either side has a turn after the common prefix (diff --exit-code exits 1)."
+        ),
+    ]
+
+
+# -- the root: doctor, list, tree, du ---------------------------------------------------------
+
+
+class Finding(Struct, rename="camel"):
+    """A problem doctor found."""
+
+    severity: Literal["error", "warning", "info"]
+    scope: Literal["root", "session"]
+    code: str
+    message: str
+    session: str | UnsetType = UNSET
+    path: str | UnsetType = UNSET
+    seq: int | UnsetType = UNSET
+
+
+class DoctorDocument(Document):
+    """doctor"""
+
+    schema_version: Version1
+    root: str
+    encoding: str
+    sessions: int
+    findings: Annotated[
+        list[Finding], Meta(description="At .findings whether or not the run found errors.")
+    ]
+    counts: Counts
+
+
+class ListFilters(Struct, rename="camel"):
+    """The filters list applied."""
+
+    project: str | None
+    kinds: list[str] | None
+    since: EpochMs | None
+    workspace: (
+        Annotated[str, Meta(description="--workspace NAME, present only when given.")] | UnsetType
+    ) = UNSET
+
+
+class RowError(Struct, rename="camel"):
+    """Why a session's log could not be read."""
+
+    code: str
+    message: str
+
+
+class Placement(Struct, rename="camel"):
+    """The workspace of DSH's registry that lists the session; member false when its
+    realpath(cwd) is no longer the workspace's path (moved)."""
+
+    id: str
+    title: str
+    path: str
+    member: bool
+
+
+class ListRow(Struct, rename="camel", forbid_unknown_fields=True):
+    """A session, as list shows it."""
+
+    id: str
+    kind: Annotated[
+        Literal["root", "fork", "subagent", "copy", "linked"] | None,
+        Meta(
+            description="From the header (root: no parent; fork: seeded, no origin; subagent: "
+            "origin subagent; copy: a seeded subagent; linked: names a parent but is neither); "
+            "null when the header cannot be read."
+        ),
+    ]
+    title: str | None
+    project: str
+    path: str
+    cwd: str | None
+    parent_session: str | None
+    created_at: EpochMs | None
+    created_at_iso: IsoTime | None
+    turns: int | None
+    last_activity: Annotated[int, Meta(description="The log's modification time, epoch ms.")]
+    last_activity_iso: IsoTime | None
+    forks: int
+    agents: int
+    label: Annotated[
+        str | None,
+        Meta(description="A subagent's label, from its descriptor (shown as its title)."),
+    ]
+    subagents: Annotated[
+        int,
+        Meta(description="Subagents under it at any depth, through subagents and copies only."),
+    ]
+    copies: Annotated[int, Meta(description="Copies (seeded subagents) under it, likewise.")]
+    bytes: Annotated[int | None, Meta(description="Bytes on disk of its session dir.")]
+    agent_bytes: Annotated[
+        int,
+        Meta(description="Bytes on disk of the dirs of the subagents and copies counted under it."),
+    ]
+    error: Annotated[
+        RowError | None,
+        Meta(description="Why the log could not be read (the row is still listed)."),
+    ]
+    workspace: Annotated[
+        Placement | None,
+        Meta(
+            description="null when no workspace lists it (Ungrouped in DSH's UI, if visible) or "
+            "the home has no registry."
+        ),
+    ]
+    archived: Annotated[bool, Meta(description="In the registry's archivedSessionIds.")]
+    pinned: Annotated[bool, Meta(description="In the registry's pinnedSessionIds.")]
+
+
+class ListDocument(Document, forbid_unknown_fields=True):
+    """list"""
+
+    schema_version: Annotated[
+        Literal[3],
+        Meta(
+            description="Raised on an incompatible change. 2: the kind linked, and a null kind "
+            "for a header that cannot be read. 3: by default the conversations only (all "
+            "false), rows with label, subagents, copies, bytes, agentBytes."
+        ),
+    ]
+    root: str
+    total: Annotated[int, Meta(description="Sessions in the root before filtering.")]
+    all: Annotated[
+        bool,
+        Meta(
+            description="Every session is a row (--all or --kind); false: the conversations "
+            "and the sessions no conversation holds."
+        ),
+    ]
+    filters: ListFilters
+    sessions: list[ListRow]
+
+
+class TreeCounts(Struct, forbid_unknown_fields=True):
+    """Nodes by kind."""
+
+    root: int
+    fork: int
+    subagent: int
+    copy: int
+    seeded_subagent: int = field(name="seeded-subagent")
+    linked: int
+    unreadable: int
+
+
+class TreeNode(Struct, rename="camel", forbid_unknown_fields=True):
+    """A session of the lineage."""
+
+    id: str
+    path: Annotated[
+        str,
+        Meta(
+            description="Project dir / session dir, relative to the root (unique even when an "
+            "id is not)."
+        ),
+    ]
+    kind: TreeKind
+    parent_session: str | None
+    created_at: EpochMs | None
+    is_seeded: bool
+    version: Annotated[int | None, Meta(description="Log format version of the chosen generation.")]
+    cut: Annotated[
+        int | None, Meta(description="Events inherited (seeded sessions); null otherwise.")
+    ]
+    forked_at: Annotated[
+        int | None,
+        Meta(description="The source seq the cut follows (cut - 1), as fork --at names it."),
+    ]
+    cut_turn: Annotated[
+        int | None, Meta(description="The turn the cut ends, as inspect --turns numbers it.")
+    ]
+    turns: int | None
+    open_turn: bool | None
+    title: str | None
+    label: str | None
+    copy_of: Annotated[
+        str | None, Meta(description="The id of the subagent a copy was copied from.")
+    ]
+    error: Annotated[
+        str | None, Meta(description="Why the session could not be read (it is still a node).")
+    ]
+    flags: Annotated[
+        list[str], Meta(description="Orphan, self-parent, cycle and the like: shown, never fatal.")
+    ]
+    children: Annotated[list[str], Meta(description="Paths of the child nodes, in display order.")]
+    workspace: Annotated[
+        Placement | None,
+        Meta(description="The workspace of DSH's registry that lists the session, else null."),
+    ]
+    archived: bool
+    pinned: bool
+
+
+class TreeEdge(Struct, rename="camel", forbid_unknown_fields=True):
+    """A parent-to-child (or copy-to-original) link."""
+
+    from_: str = field(name="from")
+    to: str
+    from_path: str
+    to_path: str
+    kind: Annotated[
+        Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "copy-of"],
+        Meta(description="The child's kind (parent to child), or copy-of (copy to original)."),
+    ]
+
+
+class Unreadable(Struct, forbid_unknown_fields=True):
+    """A session dir whose log cannot be read."""
+
+    path: str
+    error: str | None
+
+
+class TreeDocument(Document, forbid_unknown_fields=True):
+    """tree (the lineage; --format mermaid|dot prints text, never this document)"""
+
+    schema_version: Version1
+    root: str
+    session: Annotated[
+        str | None, Meta(description="The SESSION argument as given; null for the whole root.")
+    ]
+    counts: TreeCounts
+    tops: Annotated[list[str], Meta(description="Paths of the top nodes.")]
+    nodes: Annotated[
+        list[TreeNode], Meta(description="Every node once, depth first in display order.")
+    ]
+    edges: list[TreeEdge]
+    unreadable: list[Unreadable]
+
+
+class UsageGroup(Struct, rename="camel", forbid_unknown_fields=True):
+    """The usage of a group of sessions (the root, a project, a family)."""
+
+    name: str
+    sessions: int
+    bytes: int
+    inherited_bytes: int
+    shareable: Annotated[int, Meta(description="Bytes sharing the inherited prefixes would save.")]
+
+
+class Usage(Struct, rename="camel", forbid_unknown_fields=True):
+    """The usage of one session."""
+
+    id: str
+    path: str
+    kind: TreeKind
+    family: Annotated[str, Meta(description="Id of the family's top session.")]
+    bytes: Annotated[int, Meta(description="Every file of the session dir.")]
+    log_bytes: Annotated[int, Meta(description="The chosen log file.")]
+    inherited_bytes: Annotated[
+        int | None,
+        Meta(
+            description="Bytes of the log holding the inherited prefix; null for an unseeded or "
+            "unreadable session."
+        ),
+    ]
+    own_bytes: Annotated[int, Meta(description="logBytes - inheritedBytes.")]
+    other_bytes: Annotated[int, Meta(description="bytes - logBytes.")]
+    source_present: bool
+    shareable: int
+    flags: list[str]
+
+
+class DuDocument(Document, forbid_unknown_fields=True):
+    """du"""
+
+    schema_version: Version1
+    root: str
+    session: str | None
+    total: UsageGroup
+    projects: Annotated[list[UsageGroup], Meta(description="Largest first; --top N keeps N.")]
+    families: list[UsageGroup]
+    sessions: list[Usage]
+
+
+# -- export, import, fixture ------------------------------------------------------------------
+
+
+class Archive(Struct, forbid_unknown_fields=True):
+    """The archive export wrote."""
+
+    path: str
+    compression: Literal["none", "gz", "xz", "bz2", "zst"]
+    bytes: int
+
+
+class BundleFile(Struct, forbid_unknown_fields=True):
+    """A session's log in the archive."""
+
+    path: str
+    size: int
+    sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class BundleSession(Struct, rename="camel", forbid_unknown_fields=True):
+    """A session of the archive."""
+
+    id: str
+    role: Literal["top", "subagent", "fork"]
+    parent_session: str | None
+    origin: str | None
+    cwd: str | None
+    project_dir: str
+    session_dir: str
+    generation: int
+    created_at: EpochMs
+    is_seeded: bool
+    delegation_depth: int
+    events: int
+    cut: int
+    lock_held: bool
+    file: BundleFile
+
+
+class Manifest(Struct, rename="camel", forbid_unknown_fields=True):
+    """manifest.json of the archive, as written into it."""
+
+    schema_version: Annotated[int, Meta(description="The manifest's own schema version.")]
+    kind: Literal["dsh-fork-bundle"]
+    dsh_fork_version: str
+    format_version: int
+    created_at: int
+    top: str
+    forks: bool
+    total_bytes: int
+    sessions: Annotated[list[BundleSession], Meta(min_length=1)]
+
+
+class LeftOut(Struct, forbid_unknown_fields=True):
+    """A family member export left out with --skip-unreadable."""
+
+    id: Annotated[
+        str | None,
+        Meta(description="The session id, when known (from its header or its dir name)."),
+    ]
+    path: Annotated[str, Meta(description="The session dir.")]
+    code: Annotated[
+        str,
+        Meta(
+            description="The error code of the read, or SKIPPED for a descendant of a member "
+            "left out."
+        ),
+    ]
+    message: str
+
+
+class ExportDocument(Document, forbid_unknown_fields=True):
+    """export SESSION -o FILE"""
+
+    schema_version: Version1
+    archive: Archive
+    manifest: Manifest
+    left_out: Annotated[
+        list[LeftOut],
+        Meta(
+            description="Family members left out with --skip-unreadable (the run is then "
+            "PARTIAL, exit 10): each that could not be read, and the descendants of each."
+        ),
+    ]
+
+
+class ImportedSession(Struct, rename="camel", forbid_unknown_fields=True):
+    """A session of the archive, and what import did with it."""
+
+    source: Annotated[str, Meta(description="The id in the archive.")]
+    id: Annotated[str, Meta(description="The id in the root (the same without --new-ids).")]
+    role: Literal["top", "subagent", "fork"]
+    parent_session: str | None
+    cwd: str | None
+    path: str
+    status: Literal["planned", "created", "present", "skipped"]
+    reason: str | None
+    catalogued: list[str]
+    workspace: Annotated[
+        WorkspaceJoin | None,
+        Meta(
+            description="The workspace the session joined (or would join), or why none; null "
+            "when it was left out."
+        ),
+    ]
+
+
+class ImportDocument(Document, forbid_unknown_fields=True):
+    """import FILE"""
+
+    schema_version: Version1
+    archive: str
+    root: str
+    top: str
+    new_ids: bool
+    cwd: str | None
+    dry_run: bool
+    bytes: int
+    sessions: list[ImportedSession]
+
+
+class FixtureDocument(Document):
+    """fixture OUT_ROOT"""
+
+    schema_version: Version1
+    root: str
+    sessions: int
+    per_depth: dict[str, int]
+    top_level: list[str]
+    forks: list[str] | UnsetType = UNSET
+    legacy_forks: list[str] | UnsetType = UNSET
+    old_generation: list[str] | UnsetType = UNSET
+    open_turns: list[str] | UnsetType = UNSET
+    torn_tails: list[str] | UnsetType = UNSET
+    registry: (
+        Annotated[
+            str,
+            Meta(description="The workspace registry written beside the root (--workspaces only)."),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
+# -- workspaces -------------------------------------------------------------------------------
+
+
+class PlacedSession(WorkspaceJoin):
+    """A session attach placed (or, dry, would place)."""
+
+    cwd: str | None
+    was: Annotated[
+        str | None,
+        Meta(description="The title of the workspace that listed it before (a moved session)."),
+    ]
+
+
+class UnreadableSession(Struct):
+    """A session attach could not read."""
+
+    path: str
+    code: str
+    message: str
+
+
+class AttachDocument(Struct, rename="camel", kw_only=True):
+    """attach [SESSION...] [--all]"""
+
+    schema_version: Version1
+    root: str
+    registry: Annotated[str, Meta(description="The workspace registry of the root's home.")]
+    registry_state: Literal["missing", "uninitialised", "refused", "ready"]
+    registry_reason: Annotated[
+        str | None, Meta(description="Why it may not be edited, unless ready.")
+    ]
+    dry_run: bool
+    sessions: Annotated[
+        list[PlacedSession],
+        Meta(
+            description="Each session placed (or, dry, to place); with --all also the visible "
+            "Ungrouped sessions no workspace's path matches (status none)."
+        ),
+    ]
+    members: Annotated[
+        int, Meta(description="--all: visible sessions already members of their workspace.")
+    ]
+    unreadable: list[UnreadableSession]
+    error: (
+        Annotated[
+            PartialError,
+            Meta(
+                description="Present only when the run was PARTIAL (exit 10): the registry "
+                "could not be edited."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
+# -- search, trash and restore ----------------------------------------------------------------
+
+
+class SearchFilters(Struct, rename="camel", forbid_unknown_fields=True):
+    """The filters search applied."""
+
+    project: str | None
+    since: int | None
+    since_iso: str | None
+
+
+Role = Literal["title", "user", "assistant", "tool"]
+
+
+class SearchHit(Struct, rename="camel", forbid_unknown_fields=True):
+    """A place the text was found."""
+
+    session: str
+    path: Annotated[str, Meta(description="The session dir.")]
+    title: Annotated[str | None, Meta(description="The session's latest title.")]
+    turn: Annotated[
+        int | None,
+        Meta(
+            description="As inspect --turns counts: the n-th turn/start at or before seq; null "
+            "before the first."
+        ),
+    ]
+    seq: int
+    role: Role
+    snippet: Annotated[str, Meta(description="One line around the first match.")]
+    inherited: Annotated[bool, Meta(description="In the session's inherited prefix.")]
+
+
+class SearchUnreadable(Struct, forbid_unknown_fields=True):
+    """A session search could not read."""
+
+    session: str | None
+    path: str
+    code: str
+    message: str
+
+
+class SearchDocument(Struct, rename="camel", forbid_unknown_fields=True):
+    """search"""
+
+    schema_version: Version1
+    root: str
+    text: Annotated[str, Meta(description="TEXT as given (a regular expression with --regex).")]
+    regex: bool
+    ignore_case: Annotated[
+        bool, Meta(description="Smart case: true when TEXT has no capital letter.")
+    ]
+    in_: list[Role] = field(name="in")
+    inherited: Annotated[
+        bool, Meta(description="--inherited: hits in inherited prefixes are listed too.")
+    ]
+    filters: SearchFilters
+    searched: Annotated[int, Meta(description="Sessions read and searched.")]
+    sessions_with_hits: int
+    total: Annotated[int, Meta(description="Hits found, those beyond --limit included.")]
+    limit: int
+    truncated: Annotated[bool, Meta(description="More hits were found than are listed.")]
+    hits: list[SearchHit]
+    unreadable: Annotated[
+        list[SearchUnreadable],
+        Meta(description="Sessions that could not be read, so were not searched."),
+    ]
+
+
+class RegistryEdit(Struct, forbid_unknown_fields=True):
+    """What this run did to the workspace registry; null when it listed none of the sessions
+    (or when read from the trash)."""
+
+    path: str
+    written: bool
+    changed: Annotated[
+        list[str],
+        Meta(
+            description='Records changed, and "global" when the archived or pinned lists changed.'
+        ),
+    ]
+    reason: Annotated[str | None, Meta(description="Why nothing was written.")]
+
+
+class TrashedSession(Struct, forbid_unknown_fields=True):
+    """A session of a trash entry."""
+
+    id: str
+    kind: Annotated[
+        str | None,
+        Meta(
+            description="From the header: root, fork, subagent, copy, linked; null when unreadable."
+        ),
+    ]
+    project: Annotated[str, Meta(description="The project dir it came from (and goes back to).")]
+    dir: Annotated[str, Meta(description="Its session dir's name.")]
+    title: str | None
+    bytes: int
+    where: Annotated[
+        Literal["root", "trash", "both", "missing"],
+        Meta(description="Where it is now, from what is on disk."),
+    ]
+    workspace: Annotated[
+        str | None,
+        Meta(description="The workspace record that listed it when trashed (its id)."),
+    ]
+    archived: bool
+    pinned: bool
+
+
+class TrashEntry(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """An entry of the trash: sessions trashed together."""
+
+    entry: Annotated[str, Meta(description="The entry's name: <UTC time>-<short id>.")]
+    path: str
+    root: Annotated[str, Meta(description="The sessions root it was trashed from.")]
+    created: int
+    created_iso: str | None
+    state: Literal["trashing", "trashed", "restoring"]
+    named: Annotated[list[str], Meta(description="The SESSION arguments as given.")]
+    with_forks: bool
+    bytes: int
+    registry: RegistryEdit | None
+    sessions: list[TrashedSession]
+
+
+class TrashDocument(TrashEntry, kw_only=True):
+    """trash"""
+
+    schema_version: Version1
+    dry_run: bool
+    forks_left: Annotated[
+        list[str],
+        Meta(
+            description="Forks of the trashed sessions that stay in the root (without "
+            "--with-forks)."
+        ),
+    ]
+
+
+class RestoreDocument(TrashEntry, kw_only=True):
+    """restore"""
+
+    schema_version: Version1
+    dry_run: bool
+
+
+class TrashListDocument(Struct, rename="camel", forbid_unknown_fields=True):
+    """trash --list"""
+
+    schema_version: Version1
+    trash: str
+    entries: list[TrashEntry]
+
+
+class TrashEmptyDocument(Struct, rename="camel", forbid_unknown_fields=True):
+    """trash --empty"""
+
+    schema_version: Version1
+    trash: str
+    dry_run: bool
+    removed: list[TrashEntry]
+    bytes: int
+    kept: int
+
+
+DOCUMENTS: dict[str, type[Struct]] = {
+    "attach": AttachDocument,
+    "diff": DiffDocument,
+    "doctor": DoctorDocument,
+    "du": DuDocument,
+    "error": ErrorDocument,
+    "export": ExportDocument,
+    "fixture": FixtureDocument,
+    "fork": ForkDocument,
+    "import": ImportDocument,
+    "inspect": InspectDocument,
+    "list": ListDocument,
+    "list-agents": ListAgentsDocument,
+    "relink": RelinkDocument,
+    "relink-all": RelinkAllDocument,
+    "restore": RestoreDocument,
+    "salvage": SalvageDocument,
+    "search": SearchDocument,
+    "trash": TrashDocument,
+    "trash-empty": TrashEmptyDocument,
+    "trash-list": TrashListDocument,
+    "tree": TreeDocument,
+}
+"""Each schema's name (the command, ``relink-all`` for ``relink --all``, ``error`` for a run
+that ended with an error) and its document's Struct, whose docstring is the schema's title."""
