@@ -32,7 +32,7 @@ from .generations import (
     shared,
 )
 from .layout import decode_segment, encode_segment, expand_home, resolve_root
-from .lookup import expand_prefix
+from .lookup import check_root, expand_prefix
 from .progress import SILENT, Progress
 from .reader import (
     HEADER_FIRST_READ,
@@ -972,7 +972,9 @@ def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = No
                 return _located(by_id, by_id.find(arg))
         return _located_path(arg, absolute, session_dir, root_option, env)
     root = Root(resolve_root(root_option, env))
-    return _located(root, root.find(expand_prefix(root, arg)))
+    check_root(root.path, lookup=arg)
+    session_id = arg if root.dirs_of(arg) else expand_prefix(root.path, arg)
+    return _located(root, root.find(session_id))
 
 
 def _located_path(

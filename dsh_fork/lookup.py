@@ -12,14 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .errors import DshForkError, SessionNotFound, UsageError
 from .generations import scan_names
 from .layout import decode_segment, encode_segment
-
-if TYPE_CHECKING:
-    from .discovery import Root
 
 ROOT_HINT = "pass --root PATH or set DSH_HOME (the root is $DSH_HOME/sessions)"
 CANDIDATES_SHOWN = 10
@@ -140,19 +136,16 @@ def completions(root: Path, incomplete: str) -> list[str]:
     return sorted(offered)
 
 
-def expand_prefix(root: Root, arg: str) -> str:
-    """The id ``arg`` names in ``root``: itself when a session has it, else the one id it is a
-    unique prefix of (``names_prefixes``); an ambiguous prefix → ``SESSION_NOT_FOUND`` listing
-    the candidates one per line. An arg that matches nothing is returned as is (the lookup then
-    reports it missing)."""
-    check_root(root.path, lookup=arg)
-    if root.dirs_of(arg):
-        return arg
+def expand_prefix(root: Path, arg: str) -> str:
+    """The id ``arg`` is a unique prefix of in ``root`` (``names_prefixes``); an ambiguous
+    prefix → ``SESSION_NOT_FOUND`` listing the candidates one per line. An arg that matches
+    nothing is returned as is (the lookup then reports it missing). The caller first checks
+    that ``arg`` is no id of the root itself (an id is never expanded)."""
     prefixes = names_prefixes(arg)
     if not prefixes:
         return arg
     matches: set[str] = set()
-    for name, session_dir in _session_dirs(root.path):
+    for name, session_dir in _session_dirs(root):
         if not name.startswith(prefixes):
             continue
         session_id = decode_segment(name)
