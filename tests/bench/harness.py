@@ -15,7 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh_fork.generations import CURRENT_NAME
+
 REPO = Path(__file__).resolve().parent.parent.parent
+
 SETTLE_S = 1.0  # after a sync, before a timed run that writes: let writeback go quiet
 
 
@@ -27,12 +30,15 @@ class Profile(enum.Enum):
 
 @dataclass
 class Row:
-    """One line of the table; ``ok`` is None when nothing is judged (quick, or report only)."""
+    """One line of the table; ``ok`` is None when nothing is judged (quick, or report only).
+    ``ours`` is the command's CPU time (user + sys of its process tree), ``wall`` beside it;
+    ``floor`` what the same work cannot cost less than, measured in the same rounds."""
 
     case: str
     ours: str
+    wall: str
     rss: str
-    baseline: str
+    floor: str
     ratio: str
     goal: str
     ok: bool | None
@@ -103,25 +109,32 @@ def _fallback(step: Sequence[str]) -> Install:
 @dataclass(frozen=True)
 class Run:
     wall: float
+    cpu: float
     rss_mb: float
 
 
 @dataclass(frozen=True)
 class Figures:
-    """Medians of one command's timed runs and the largest peak memory seen."""
+    """Medians of one command's timed runs (CPU time, wall time) and the largest peak memory."""
 
     wall: float
+    cpu: float
     rss_mb: float
 
     @staticmethod
     def of(runs: Sequence[Run]) -> Figures:
-        return Figures(statistics.median(r.wall for r in runs), max(r.rss_mb for r in runs))
+        return Figures(
+            statistics.median(r.wall for r in runs),
+            statistics.median(r.cpu for r in runs),
+            max(r.rss_mb for r in runs),
+        )
 
 
 # Every run goes through this launcher: Linux starts a child's ru_maxrss at the size of the
 # process it was forked from (the harness holds generated data), and the launcher is small.
-# It times fork..wait4 itself, so its own start-up is not counted; the peak is the largest of
-# the command's processes (dsh-fork and any child it waits for).
+# It times fork..wait4 itself, so its own start-up is not counted. wait4's usage is the
+# command's own and that of every child it waited for: the CPU time (user + sys) of the
+# process tree, and the largest peak memory among its processes.
 LAUNCHER = (
     "import os,sys,time\n"
     "t=time.perf_counter()\n"
@@ -129,8 +142,38 @@ LAUNCHER = (
     "if pid==0:\n"
     "  os.execvp(sys.argv[1],sys.argv[1:])\n"
     "_,status,usage=os.wait4(pid,0)\n"
-    "print(time.perf_counter()-t,usage.ru_maxrss)\n"
+    "print(time.perf_counter()-t,usage.ru_utime+usage.ru_stime,usage.ru_maxrss)\n"
     "sys.exit(1 if status else 0)\n"
+)
+
+# The read floor: what any reader of the logs that checks what it reads must do, in Python —
+# find the session dirs, decompress every frame in-process, split the lines, check each event
+# line's envelope with msgspec (the header line parsed as JSON). Arguments: log files, or
+# sessions roots (every log two levels below). Exits 1 when a line does not check.
+FLOOR = (
+    "import os,sys,msgspec,zstandard\n"
+    "class Envelope(msgspec.Struct,gc=False):\n"
+    "  type:str\n"
+    "  seq:int\n"
+    "check=msgspec.json.Decoder(Envelope).decode\n"
+    "header=msgspec.json.Decoder().decode\n"
+    "dctx=zstandard.ZstdDecompressor()\n"
+    "def read(path):\n"
+    "  with open(path,'rb') as fh:\n"
+    "    reader=dctx.stream_reader(fh,read_across_frames=True)\n"
+    "    rest=b'';first=True\n"
+    "    while True:\n"
+    "      chunk=reader.read(1<<20)\n"
+    "      if not chunk: break\n"
+    "      lines=(rest+chunk).split(b'\\n');rest=lines.pop()\n"
+    "      if first: header(lines.pop(0));first=False\n"
+    "      for line in lines: check(line)\n"
+    "def logs(root):\n"
+    "  for project in os.scandir(root):\n"
+    "    for session in os.scandir(project.path):\n"
+    f"      yield os.path.join(session.path,{CURRENT_NAME!r})\n"
+    "for arg in sys.argv[1:]:\n"
+    "  for path in (logs(arg) if os.path.isdir(arg) else [arg]): read(path)\n"
 )
 
 # The disk kept busy by another process: 4 MiB written and fsynced, over and over.
@@ -260,8 +303,12 @@ class Bench:
             )
         if proc.returncode != 0:
             raise SystemExit(f"benchmark command failed: {list(argv)}\n{proc.stderr.decode()}")
-        wall, rss = proc.stdout.split()[-2:]
-        return Run(float(wall), int(rss) / 1024)
+        wall, cpu, rss = proc.stdout.split()[-3:]
+        return Run(float(wall), float(cpu), int(rss) / 1024)
+
+    def floor(self, *paths: Path) -> list[str]:
+        """The read floor (``FLOOR``) of these logs or roots, as a command to run."""
+        return [self.install.python, "-c", FLOOR, *map(str, paths)]
 
     def pair(
         self,
@@ -341,8 +388,16 @@ def busy_disk(base: Path) -> Iterator[None]:
         (base / "disk-hog").unlink(missing_ok=True)
 
 
-def seconds(figures: Figures) -> str:
-    return f"{figures.wall * 1000:.0f} ms" if figures.wall < 1 else f"{figures.wall:.2f} s"
+def duration(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def cpu(figures: Figures) -> str:
+    return duration(figures.cpu)
+
+
+def wall(figures: Figures) -> str:
+    return duration(figures.wall)
 
 
 def mb(figures: Figures) -> str:
