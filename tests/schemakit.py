@@ -35,8 +35,8 @@ def check(name: str, document: Any) -> None:
 
 def name_of(argv: list[str], document: Any) -> str | None:
     """The schema a run's ``--json`` document follows: ``error`` for a run that ended with an
-    error, else the command's (``relink-all`` for ``relink --all``, ``trash-list`` and ``trash-empty`` for ``trash --list`` and ``--empty``); None when the command has
-    no document of its own (``schema`` prints the schemas themselves)."""
+    error, else the command's (or the one a flag names, ``_BY_FLAG``); None when the command
+    has no document of its own (``schema`` prints the schemas themselves)."""
     if isinstance(document, dict) and set(document) == {"schemaVersion", "error"}:
         return "error"
     index = command_index(argv)
