@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest demo bench clean fixtures schemas
+.PHONY: test lint typecheck pytest demo bench clean fixtures schemas man sdist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ schemas: $(STAMP)
 fixtures: $(STAMP)
 	rm -rf fixtures/example-home
 	$(BIN)/dsh-fork fixture fixtures/example-home/sessions --sessions 2 --agents 2 --depth 2 --turns 2 --seed 7
+
+# The man page, from the help (a test holds docs/dsh-fork.1 to it: rerun after a help change).
+man: $(STAMP)
+	$(BIN)/python -m dsh_fork.cli.manpage > docs/dsh-fork.1
+
+# A source distribution whose tests run once unpacked (MANIFEST.in).
+sdist: $(STAMP)
+	$(BIN)/python -m build --sdist
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
