@@ -387,6 +387,8 @@ def _quick(log: _Log, make: MakeFold) -> _Fold | None:
         if source is None:
             assert isinstance(data, bytes)
             plaintexts: Iterable[bytes] = zframes.decode_all(data, body, 1)
+            if len(data) <= WHOLE_CHECK_BYTES:
+                return fold if _fold_small(list(plaintexts), fold) else None
         else:
             plaintexts = zframes.decode_many(source, body, 1)
         return fold if _fold_frames(plaintexts, fold) else None
@@ -395,6 +397,36 @@ def _quick(log: _Log, make: MakeFold) -> _Fold | None:
             os.close(fd)
         else:
             source.close()
+
+
+WHOLE_CHECK_BYTES = 256 << 10
+"""A log up to this size (compressed) is checked frame by frame and then searched for the
+tokens once, as one text: most logs of a root hold no token, and for them no frame is looked
+at again (no facts, no turns: a log without a hit needs neither)."""
+
+
+def _fold_small(plaintexts: list[bytes], fold: _Fold) -> bool:
+    """``_fold_frames`` of a small log's plaintexts, which are held anyway."""
+    seq = 0
+    checked: list[tuple[bytes, list[bytes], int, list[str]]] = []
+    for plaintext in plaintexts:
+        if not plaintext or plaintext[-1] != 0x0A:
+            return False
+        lines = plaintext[:-1].split(b"\n")
+        typed = typed_run(lines)
+        if typed is None or typed[0] != seq:
+            return False
+        checked.append((plaintext, lines, seq, typed[1]))
+        seq += len(lines)
+    tokens = fold.tokens
+    if tokens is not None:
+        text = b"".join(plaintexts)
+        hay = text.lower() if fold.lower else text
+        if not any(token in hay for token in tokens):
+            return True  # no line can match: nothing to fold
+    for plaintext, lines, first, types in checked:
+        fold.frame(plaintext, lines, first, types)
+    return True
 
 
 def _fold_frames(plaintexts: Iterable[bytes], fold: _Fold) -> bool:

@@ -677,8 +677,10 @@ def _trash_moves(root_path: Path, entry: Entry, *, entry_fd: DirFd | None = None
         where = _where(root_path, entry_path, moved)
         if where == "root":
             mode = entry.modes.get(moved.project, DIR_MODE)
+            # the entry's project dir takes the project dir's owner, which restore gives back
+            project_owner = _owner_of(root_path / moved.project)
             _move(root_path / moved.project, entry_path / moved.project, moved.dir, mode=mode,
-                  owner=owner)  # fmt: skip
+                  owner=project_owner)  # fmt: skip
             where = "trash"
         moved.where = where
     entry.registry = _registry_edit(root_path, entry, attach=False)
