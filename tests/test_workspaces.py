@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -460,6 +462,39 @@ def test_two_writers_never_lose_each_others_edit(tmp_path: Path) -> None:
         thread.join()
 
     assert outcomes == [True] * len(names)
+    assert set(names) <= set(records(root)[target]["sessionIds"])
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from dsh_fork import registry
+
+def decide(reg):
+    time.sleep(0.2)  # read, then dawdle: without the lock the runs would overlap
+    return [registry.Change(sys.argv[2], sys.argv[3])]
+
+edit = registry.edit(Path(sys.argv[1]), decide, 1_800_000_000_000)
+print(edit.written, edit.reason)
+"""
+
+
+def test_two_processes_never_lose_each_others_edit(tmp_path: Path) -> None:
+    root, _ = home_with_registry(tmp_path)
+    target = next(iter(records(root)))
+    names = [f"p-{i}" for i in range(4)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(root.parent), name, target],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    ]
+
+    outputs = [run.communicate(timeout=60)[0] for run in runs]
+
+    assert outputs == ["True None\n"] * len(names)
     assert set(names) <= set(records(root)[target]["sessionIds"])
 
 
