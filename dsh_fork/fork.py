@@ -33,6 +33,7 @@ from .errors import (
 )
 from .generations import CURRENT_NAME, SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
+from .kinds import Evidence, KindRule
 from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
@@ -220,7 +221,8 @@ def fork(
         if agents:
             from .relink import fork_point, plan_new_fork
 
-            _set_agents(result, plan_new_fork(root, fork_point(log, facts, log.header.id, last, 0)))
+            point = fork_point(log, facts, log.header.id, last, 0)
+            _set_agents(result, plan_new_fork(root, point, _known_kinds(root, facts, None)))
         _join_workspace(root, result, log.header, cwd, workspace, clock)
         return result
 
@@ -253,7 +255,8 @@ def fork(
         assert published.lock is not None
         point = fork_point(log, facts, log.header.id, last, 0)
         try:
-            _copy_agents(root, result, point, published.lock, oplog_path, clock, new_id)
+            kinds = _known_kinds(root, facts, child_id)
+            _copy_agents(root, result, point, published.lock, oplog_path, clock, new_id, kinds)
         finally:
             published.lock.release()
     _join_workspace(root, result, log.header, cwd, workspace, clock)
@@ -420,6 +423,7 @@ def _copy_agents(
     oplog_path: Path | None,
     clock: ClockMs,
     new_id: IdFactory,
+    kinds: KindRule,
 ) -> None:
     """relink with C = the new child, under the lock its publication took (§3.1 step 9)."""
     from .relink import relink_new_child
@@ -437,6 +441,7 @@ def _copy_agents(
             clock=clock,
             new_id=new_id,
             workspace=moved_workspace(result.source_cwd, result.cwd),
+            kinds=kinds,
         )
     except DshForkError as error:
         result.failure = Partial(
@@ -447,6 +452,18 @@ def _copy_agents(
         )
         return
     _set_agents(result, summary)
+
+
+def _known_kinds(root: Root, facts: Facts, child_id: str | None) -> KindRule:
+    """The kind rule told what the fork has read: its source's log (``facts``, whose catalog
+    settles the source's forks) and its new child (no own descriptor, nothing catalogued), so
+    the plan of the child's tree reads neither log again — the source may be larger than
+    the memory a run may hold twice."""
+    kinds = KindRule(root)
+    kinds.learn(facts.header.id, facts)
+    if child_id is not None:
+        kinds.learn(child_id, Evidence(own_descriptor=False, catalogued=frozenset()))
+    return kinds
 
 
 def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:

@@ -1317,10 +1317,11 @@ def _plan(
     return point, level
 
 
-def plan_new_fork(root: Root, point: ForkPoint) -> RelinkSummary:
-    """The dry-run plan for a fork child that does not exist yet (no existing copies)."""
+def plan_new_fork(root: Root, point: ForkPoint, kinds: KindRule | None = None) -> RelinkSummary:
+    """The dry-run plan for a fork child that does not exist yet (no existing copies);
+    ``kinds`` holds what the fork read of its source (``KindRule.learn``)."""
     summary = RelinkSummary(None, point.parent_id, dry_run=True)
-    point, level = _plan(root, point, [], set(), summary, unreadable_sessions(root))
+    point, level = _plan(root, point, [], set(), summary, unreadable_sessions(root), kinds=kinds)
     _run(
         root,
         level,
@@ -1345,16 +1346,18 @@ def relink_new_child(
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
     workspace: Workspace | None = None,
+    kinds: KindRule | None = None,
 ) -> RelinkSummary:
     """relink of a fork child ``fork`` has just published and still holds the lock of:
     its fork point is the one fork computed from the source, so the child is not re-read.
-    ``workspace`` (old cwd, new cwd): the child was forked into another workspace."""
+    ``workspace`` (old cwd, new cwd): the child was forked into another workspace. ``kinds``
+    holds what the fork knows of its source and child, so neither log is read again."""
     summary = RelinkSummary(child_id, point.parent_id, False)
     log = OpLog(oplog_path, clock=clock, warn=summary.warnings.append)
     summary.unlisted = _refresh(root)
     unreadable = unreadable_sessions(root, unlisted=summary.unlisted)
     existing = [_open(e) for e in root.children_of(child_id)]
-    point, level = _plan(root, point, existing, set(), summary, unreadable)
+    point, level = _plan(root, point, existing, set(), summary, unreadable, kinds=kinds)
     _run(
         root,
         level,
