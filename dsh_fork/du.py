@@ -32,6 +32,7 @@ from .collector import keep, paused_gc
 from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
+from .progress import SILENT, Progress, counter
 from .reader import FramedLog, SessionLog
 from .results import ReadOnly, rows
 
@@ -274,13 +275,25 @@ def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsa
 
 
 def disk_usage_of(
-    scope: Root | Located, *, session: str | None = None, top: int | None = None
+    scope: Root | Located,
+    *,
+    session: str | None = None,
+    top: int | None = None,
+    progress: Progress = SILENT,
 ) -> DiskUsage:
-    """Measure a whole root, or the family of a located ``session`` (the ``du`` command)."""
+    """Measure a whole root, or the family of a located ``session`` (the ``du`` command);
+    ``progress`` is told of each seeded log read and measured ("logs read")."""
     measured: Measured = {}
     if session is None and isinstance(scope, Root):
         scope.entries(sizes=True)  # every dir is sized anyway: sized while it is listed
-    forest = lineage_of(scope, session=session, detail=False, hook=measure(measured))
+    sized = measure(measured)
+    count = counter(progress, "logs read")
+
+    def hook(node: Node, log: SessionLog) -> None:
+        sized(node, log)
+        count()
+
+    forest = lineage_of(scope, session=session, detail=False, hook=hook)
     usage = disk_usage(forest, measured, top=top)
     keep(forest)  # a process about to leave need not free its 100,000 nodes
     return usage

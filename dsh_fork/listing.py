@@ -25,6 +25,7 @@ from .kinds import HEADER_KINDS, HeaderKind, KindRule, header_kind
 from .layout import is_absolute_cwd, project_key
 from .leanlog import ROW_TYPES, glance, label_of
 from .model import derive
+from .progress import SILENT
 from .reader import open_log
 from .registry import Placement
 from .results import rows
@@ -184,8 +185,14 @@ def list_sessions(
     whole = everything and project is None and not kinds and since is None and listed is None
     entries = root.entries(glance=whole, sizes=True)
     rule = KindRule(root)
-    kinds_of = [kind_of(entry, rule) for entry in entries]
+    progress = root.progress or SILENT
+    progress.stage("kinds settled", len(entries))  # a fork's kind may need its parent's log
+    kinds_of: list[HeaderKind | None] = []
+    for entry in entries:
+        kinds_of.append(kind_of(entry, rule))
+        progress.advance()
     owners = _owners(entries, kinds_of)
+    chosen: list[tuple[SessionEntry, HeaderKind | None, int | None]] = []
     rows: list[SessionRow] = []
     warnings: list[str] = []
     counted: dict[str, list[int]] = {}  # conversation id: [subagents, copies, bytes]
@@ -208,7 +215,11 @@ def list_sessions(
             last = _mtime_ms(entry)
             if last < since:
                 continue
+        chosen.append((entry, kind, last))
+    progress.stage("rows read", len(chosen))
+    for entry, kind, last in chosen:
         rows.append(_row(root, entry, kind, last))
+        progress.advance()
     for row in rows:
         subagents, copies, agent_bytes = counted.get(row.id, (0, 0, 0))
         row.subagents, row.copies, row.agent_bytes = subagents, copies, agent_bytes

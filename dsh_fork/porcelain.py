@@ -327,11 +327,14 @@ def tree(
             "give --format or --json, not both"
         )
     from .lineage import with_workspaces
+    from .progress import counter
     from .tree import narrow
 
-    return narrow(
-        with_workspaces(lineage_of(_scope(ctx, session, progress), session=session)), depth
+    count = counter(progress, "logs read")
+    found = lineage_of(
+        _scope(ctx, session, progress), session=session, hook=lambda _node, _log: count()
     )
+    return narrow(with_workspaces(found), depth)
 
 
 def diff(ctx: Context, a: str, b: str) -> DiffResult:
@@ -346,7 +349,9 @@ def du(
 ) -> DiskUsage:
     from .du import disk_usage_of
 
-    return disk_usage_of(_scope(ctx, session, progress), session=session, top=top)
+    return disk_usage_of(
+        _scope(ctx, session, progress), session=session, top=top, progress=progress
+    )
 
 
 def fixture(out_root: Path, **options: Any) -> FixtureSummary:

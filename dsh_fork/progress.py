@@ -9,6 +9,7 @@ on a terminal, and every other caller gets ``SILENT``. A stage names its unit in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -34,3 +35,18 @@ class Silent:
 
 
 SILENT: Progress = Silent()
+
+
+def counter(progress: Progress, what: str, total: int | None = None) -> Callable[[], None]:
+    """A callable that counts one unit of ``what``, starting it as a stage at its first call:
+    for work whose start the caller cannot see (a hook called inside another module's loop)."""
+    started = False
+
+    def count() -> None:
+        nonlocal started
+        if not started:
+            started = True
+            progress.stage(what, total)
+        progress.advance()
+
+    return count

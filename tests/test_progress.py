@@ -47,17 +47,25 @@ def test_the_fixture_counts_sessions_written(tmp_path: Path) -> None:
     assert told.seen() == [("sessions written", 8, 8)]
 
 
-@pytest.mark.parametrize("command", ["list", "tree", "du"])
-def test_the_readers_count_sessions_read(home: Path, command: str) -> None:
+def test_list_counts_sessions_read_kinds_settled_and_rows_read(home: Path) -> None:
     told = Told()
     ctx = Context.of(str(home))
-    if command == "list":
-        porcelain.list_sessions(ctx, project=None, kinds=None, since=None, now_ms=0, progress=told)
-    elif command == "tree":
+    porcelain.list_sessions(ctx, project=None, kinds=None, since=None, now_ms=0, progress=told)
+    # the three conversations are the rows: their subagents are counted, not read
+    assert told.seen() == [("sessions read", 9, 9), ("kinds settled", 9, 9), ("rows read", 3, 3)]
+
+
+@pytest.mark.parametrize("command", ["tree", "du"])
+def test_tree_and_du_count_sessions_then_logs_read(home: Path, command: str) -> None:
+    told = Told()
+    ctx = Context.of(str(home))
+    if command == "tree":
         porcelain.tree(ctx, None, progress=told)
     else:
         porcelain.du(ctx, None, top=None, progress=told)
-    assert told.seen() == [("sessions read", 9, 9)]
+    logs = 9 if command == "tree" else 0  # du reads the seeded logs only: there are none
+    expected = [("sessions read", 9, 9)] + ([("logs read", None, logs)] if logs else [])
+    assert told.seen() == expected
 
 
 def test_doctor_counts_sessions_read_then_checked(home: Path) -> None:
