@@ -1198,11 +1198,13 @@ def unreadable_sessions(root: Root, *, unlisted: list[Path] | None = None) -> li
     walked again."""
     items: list[dict[str, Any]] = []
     known = root.listed_texts()
+    named: set[str] = set()  # a dir the listing could not read is named once, not twice
     for entry in root.unreadable():
         if entry.raw_fields is None:
             items.append(_unreadable_item(entry))
+            named.add(entry.dir_text)
     for session_dir in root.candidate_dirs() if unlisted is None else unlisted:
-        if str(session_dir) in known:
+        if str(session_dir) in known or str(session_dir) in named:
             continue
         try:
             os.listdir(session_dir)
@@ -1297,9 +1299,11 @@ def _plan(
     ``unreadable``: sessions of the root whose header cannot be read at all (so whose parent
     is unknown). One that a catalog fact on the branch names is part of the fork's tree: a
     failed item. A dir that cannot be listed (IO_ERROR) may hide any of the tree: a failed
-    item too, which a rerun finishes once it can be read. Any other is not known to be part of
-    the tree: a warning (``warn_unclaimed``), not a failure, so a damaged session elsewhere
-    in the root does not make every relink PARTIAL (and no rerun could read it).
+    item too, which a rerun finishes once it can be read (relink --all, which passes
+    ``warn_unclaimed=False``, names the unlisted dirs no fork claims once, outside the forks).
+    Any other is not known to be part of the tree: a warning (``warn_unclaimed``), not a
+    failure, so a damaged session elsewhere in the root does not make every relink PARTIAL
+    (and no rerun could read it).
     """
     kinds = kinds or KindRule(root)
     point = point.with_chain(_fork_chain(root, point.parent_id, kinds))
@@ -1307,7 +1311,8 @@ def _plan(
     planner.visited.update((point.parent_id, *point.chain))
     level = planner.level(point, existing, own)
     for item in unreadable:
-        if item["id"] in planner.catalogued or item["code"] == IoError.code:
+        listed = item["id"] in planner.catalogued
+        if listed or (warn_unclaimed and item["code"] == IoError.code):
             summary.failed.append(item)
         elif warn_unclaimed:
             summary.warnings.append(
@@ -1538,12 +1543,7 @@ def relink_all(
     result = RelinkAllResult([], [], len(forks) + len(refused), dry_run)
     for item in refused:
         result.failed.append({**item, "forkChild": item["id"]})
-    unreadable: list[dict[str, Any]] = []
-    for item in unreadable_sessions(root):
-        if item["code"] == IoError.code:  # unlistable: named once, for the whole run
-            result.failed.append({**item, "forkChild": None})
-        else:  # claimed by the fork whose tree names it, else a warning
-            unreadable.append(item)
+    unreadable = unreadable_sessions(root)  # each claimed by the fork whose tree names it
     # one stage for the whole run: the agents of every fork child, counted as they are done
     progress.stage("agents planned" if dry_run else "agents copied")
     within = _Within(progress)
@@ -1580,7 +1580,11 @@ def relink_all(
             result.failed.append({**item, "forkChild": fork_id})
     claimed = {item["id"] for item in result.failed}
     for item in unreadable:
-        if item["id"] not in claimed:
+        if item["id"] in claimed:
+            continue
+        if item["code"] == IoError.code:  # unlisted: may hide any tree, a rerun can read it
+            result.failed.append({**item, "forkChild": None})
+        else:
             result.notes.append(
                 f"{item['id']} cannot be read ({item['message']}); no fork's tree names it, "
                 "so relink leaves it out (`dsh-fork doctor` says more)"

@@ -3,16 +3,20 @@ can help, and a damaged session outside every fork's tree is a warning, not a PA
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 from relinkkit import CWD, fork_of, subagent
+from test_safety_attacks import NOBODY, PROJECT, _can_switch_user, cli_as, shared_tree
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.relink import RelinkAllResult, RelinkSummary, relink_all, rerun_helps
 
 NO_HOME = {"DSH_HOME": ""}
+__all__ = ["shared_tree"]  # the fixture: a root any user can reach, owned by nobody
 
 
 def family(root: Path, clock: Clock, parent_id: str = "session-P") -> SessionSpec:
@@ -157,3 +161,41 @@ def test_relink_all_counts_a_fork_child_whose_header_is_refused(root: Path) -> N
     partial = result.partial()
     assert partial is not None
     assert partial.message == "1 item failed in 1 of 1 fork child"
+
+
+@pytest.mark.skipif(not _can_switch_user(), reason="needs root to run commands as another user")
+def test_dirs_another_user_cannot_read_are_placed_where_they_fail(shared_tree: Path) -> None:
+    """Run as uid 65534: a subagent dir of the fork's tree it may not read is that fork's
+    failed item, named once; a project dir it may not list is outside any fork child, with
+    the rerun offered (a rerun reads it once the permissions allow)."""
+    root = shared_tree
+    hidden = root / PROJECT / "a-child-02"
+    os.chown(hidden, 0, 0)
+    hidden.chmod(0o700)
+
+    code, _, err = cli_as(NOBODY, "--root", root, "relink", "--all", "--dry-run")
+
+    assert code == 10
+    assert err.splitlines() == [
+        "Error: 1 item failed in 1 of 1 fork child",
+        f"  failed: a-child-02 (IO_ERROR): cannot read the session directory {hidden}: "
+        "Permission denied",
+    ]
+
+    project = root / PROJECT
+    os.chown(project, 0, 0)
+    project.chmod(0o700)
+
+    code, out, err = cli_as(NOBODY, "--root", root, "relink", "--all")
+
+    assert code == 10
+    assert out.splitlines()[2:] == [
+        "(outside any fork)  0       0                 0        1",
+        "total: 0 fork children; copied 0, catalog repaired 0, skipped 0, failed 1",
+    ]
+    assert err.splitlines() == [
+        "Error: 1 item failed outside any fork child",
+        f"  failed: {PROJECT} (IO_ERROR): cannot read the project directory {project}: "
+        "Permission denied",
+        "Next: run `dsh-fork relink --all`",
+    ]

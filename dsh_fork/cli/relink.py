@@ -86,7 +86,7 @@ def _render_all(out: Out, result: RelinkAllResult) -> None:
             unchanged += 1
     for fork_id, count in failed_by_fork.items():
         if fork_id not in seen:
-            rows.append((fork_id, 0, 0, 0, count))
+            rows.append((fork_id or "(outside any fork)", 0, 0, 0, count))
             totals[3] += count
     dry = any(r.dry_run for r in result.results)
     mode = " (dry run: nothing written)" if dry else ""
