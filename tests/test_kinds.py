@@ -283,6 +283,8 @@ def test_list_tree_and_du_call_a_delegation_child_a_subagent(root: Path) -> None
     rows = {row.id: row.kind for row in list_sessions(Root(root), everything=True).rows}
     assert rows["session-D"] == "subagent" and rows["session-C"] == "fork"
     assert [row.id for row in list_sessions(Root(root), kinds=["fork"]).rows] == ["session-C"]
+    conversations = {row.id: row.subagents for row in list_sessions(Root(root)).rows}
+    assert conversations == {"session-P": 3, "session-C": 0}  # D counted under P
 
     nodes = {node.id: node.kind for node in lineage(Root(root)).nodes()}
     assert nodes["session-D"] == "subagent" and nodes["session-C"] == "fork"
