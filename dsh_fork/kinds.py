@@ -109,8 +109,8 @@ def read_evidence(entry: SessionEntry) -> Evidence | None:
     generation = entry.generation
     if generation is None or entry.header is None:
         return None
-    try:
-        log = open_log(generation, collect=EVIDENCE_TYPES)
+    try:  # streamed: a log of any size is read in pieces, never held whole
+        log = open_log(generation, collect=EVIDENCE_TYPES, stream=True)
     except (DshForkError, OSError):
         return None
     return Evidence.of(derive(log.header, log.event_count, log.collected))
