@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,32 @@ def test_usage_errors(root: Path, clock: Clock) -> None:
     assert run_cli("search", "--root", root, "").exit_code == 2
     assert run_cli("search", "--root", root / "missing", "x").exit_code == 2
     assert search(Root(root), "x").searched == 1
+
+
+def test_project_and_since_choose_the_sessions_searched(root: Path, clock: Clock) -> None:
+    for name, cwd in (("session-here", "/work/here"), ("session-there", "/work/there")):
+        spec = SessionSpec(id=name, created_at=clock(), cwd=cwd)
+        spec.turn(clock, "shared words")
+        spec.publish(root)
+    old = root / project_dir_name("/work/there") / "session-there"
+    for log in old.iterdir():
+        os.utime(log, (1_600_000_000, 1_600_000_000))  # 2020: before any --since below
+    data = hits_of(root, "shared words", "--project", "/work/here")
+    assert [h["session"] for h in data["hits"]] == ["session-here"]
+    assert data["searched"] == 1 and data["filters"]["project"] == "/work/here"
+    data = hits_of(root, "shared words", "--since", "2021-01-01")
+    assert [h["session"] for h in data["hits"]] == ["session-here"]
+    assert hits_of(root, "shared words")["total"] == 2
+
+
+def test_limit_lists_the_first_hits_and_counts_them_all(root: Path, clock: Clock) -> None:
+    spec = SessionSpec(id="session-many", created_at=clock())
+    for _ in range(5):
+        spec.turn(clock, "again and again")
+    spec.publish(root)
+    result = run_cli("search", "--root", root, "again", "--limit", "2", "--json")
+    assert result.exit_code == 0
+    data = result.json()
+    assert [h["turn"] for h in data["hits"]] == [1, 2]
+    assert data["total"] == 5 and data["truncated"] is True
+    assert "5 hits, the first 2 shown" in result.stderr
