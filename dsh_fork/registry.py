@@ -12,7 +12,8 @@ writer (§1.4). Everything else asks it three kinds of questions:
   subagent source its nearest listed ancestor) and ``cwd_target`` (a session with a new cwd
   joins the record whose ``path`` is its ``realpath(cwd)``); never a new workspace;
 - edits: ``edit(home, decide)`` takes the lock, reads the file, lets ``decide`` name the
-  ``Change``s (attach or detach) on what it read, and writes them in one whole-file replace.
+  ``Change``s (attach or detach) on what it read, and writes them in one whole-file replace
+  (locking, reading and replacing the file itself are ``storage``'s).
 
 The home is the sessions root's parent (``home_of``), never ``$DSH_HOME`` when ``--root``
 points elsewhere. A registry that is missing or not initialised is left alone (DSH sorts its
@@ -24,33 +25,25 @@ only resolved and stat-ed here, never written.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import json
 import os
-import secrets
-import stat
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from . import storage
 from .errors import DshForkError
-from .fsdir import DirFd
 from .times import iso_ms
 
 UNIT_NAME = "workspace"
 UNIT_VERSION = 2
-STORAGES = "storages"
+STORAGES = storage.STORAGES
 FILE_NAME = "workspace.json"
 MAX_BYTES = 12 * 1024 * 1024
 """A registry larger than this is refused unread, so memory stays bounded whatever the input:
 DSH's own for 100,000 sessions is about 6 MB, and an edit of an 8 MB one (140,000 ids) peaks
 about 40 MB above the process's start."""
-LOCK_WAIT_S = 10.0
-"""How long an edit waits for another dsh-fork run's lock on the storages dir before giving
-up (nothing written, a warning): a run never hangs on a forgotten lock."""
 
 State = Literal["missing", "uninitialised", "refused", "ready"]
 GLOBAL = "global"
@@ -273,74 +266,8 @@ def _checked(record: Record, cwd: str | None) -> Target:
 # -- reading and checking ---------------------------------------------------------------------
 
 
-class _Held:
-    """The home and storages dirs held open (never through a link), and, for an edit, the
-    storages dir's lock."""
-
-    def __init__(self, home: DirFd, storages: DirFd) -> None:
-        self.home = home
-        self.storages = storages
-
-    def close(self) -> None:
-        self.storages.close()
-        self.home.close()
-
-
-def _open_dirs(home: Path) -> _Held | None:
-    """Home and storages, each relative to its parent's descriptor; None when either is
-    missing."""
-    try:
-        home_fd = DirFd.open(home, home)
-    except FileNotFoundError:
-        return None
-    try:
-        storages = DirFd.open(STORAGES, home / STORAGES, home_fd)
-    except FileNotFoundError:
-        home_fd.close()
-        return None
-    except BaseException:
-        home_fd.close()
-        raise
-    return _Held(home_fd, storages)
-
-
-def _read(held: _Held, path: Path) -> tuple[bytes, os.stat_result] | None:
-    """The file's bytes and identity (None when absent): a regular file only, never through
-    a link or blocking on a FIFO, never more than ``MAX_BYTES``."""
-    try:
-        fd, st = held.storages.open_file_stat(FILE_NAME, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        if st.st_size > MAX_BYTES:
-            raise _Refusal(f"it is larger than {MAX_BYTES} bytes")
-        chunks: list[bytes] = []
-        left = st.st_size + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) != st.st_size:
-        raise _Refusal("it changed while it was read")
-    return data, st
-
-
-class _Refusal(Exception):
-    """A registry this module will not edit; the message says why, ``dsh`` whether DSH
-    itself would refuse it too."""
-
-    def __init__(self, message: str, *, dsh: bool = False) -> None:
-        super().__init__(message)
-        self.dsh = dsh
-
-
 def _no_constant(name: str) -> Any:
-    raise _Refusal(f"it holds {name}, which is not JSON", dsh=True)
+    raise storage.Refusal(f"it holds {name}, which is not JSON", dsh=True)
 
 
 def _js_float(text: str) -> float:
@@ -350,7 +277,9 @@ def _js_float(text: str) -> float:
     not reproduce what DSH would make of it."""
     value = float(text)
     if "e" in text or "E" in text or value.is_integer() or repr(value) != text:
-        raise _Refusal(f"it holds the number {text}, which DSH's writer would spell otherwise")
+        raise storage.Refusal(
+            f"it holds the number {text}, which DSH's writer would spell otherwise"
+        )
     return value
 
 
@@ -361,7 +290,7 @@ def parse(path: Path, data: bytes) -> Registry:
         doc = json.loads(data, parse_constant=_no_constant, parse_float=_js_float)
     except (UnicodeDecodeError, ValueError) as exc:
         return Registry(path, "refused", f"it is not valid JSON ({exc})", dsh_refuses=True)
-    except _Refusal as exc:
+    except storage.Refusal as exc:
         return Registry(path, "refused", str(exc), dsh_refuses=exc.dsh)
     if not isinstance(doc, dict):
         return Registry(path, "refused", "it is not a JSON object", dsh_refuses=True)
@@ -378,7 +307,7 @@ def parse(path: Path, data: bytes) -> Registry:
     registry = Registry(path, "ready")
     try:
         _fill(registry, doc, glob)
-    except _Refusal as exc:
+    except storage.Refusal as exc:
         registry.state, registry.reason = "refused", str(exc)
         registry.dsh_refuses = exc.dsh
         return registry
@@ -411,10 +340,10 @@ def _fill(registry: Registry, doc: dict[str, Any], glob: dict[str, Any]) -> None
     tables = doc.get("tables", {})
     table = tables.get("workspaces", {}) if isinstance(tables, dict) else None
     if not isinstance(table, dict):
-        raise _Refusal("its tables.workspaces is not an object", dsh=True)
+        raise storage.Refusal("its tables.workspaces is not an object", dsh=True)
     order = glob.get("workspaceIds", [])
     if not isinstance(order, list):
-        raise _Refusal("its global.workspaceIds is not a list", dsh=True)
+        raise storage.Refusal("its global.workspaceIds is not a list", dsh=True)
     ranked = [i for i in order if isinstance(i, str) and i in table]
     first = set(ranked)
     ranked += [i for i in table if i not in first]
@@ -430,13 +359,13 @@ def _fill(registry: Registry, doc: dict[str, Any], glob: dict[str, Any]) -> None
 
 def _record(record_id: str, value: Any) -> Record:
     if not isinstance(value, dict):
-        raise _Refusal(f"its workspace {record_id} is not an object", dsh=True)
+        raise storage.Refusal(f"its workspace {record_id} is not an object", dsh=True)
     for key in ("path", "title", "createdAt", "updatedAt"):
         if not isinstance(value.get(key), str):
-            raise _Refusal(f"its workspace {record_id} has no string {key!r}", dsh=True)
+            raise storage.Refusal(f"its workspace {record_id} has no string {key!r}", dsh=True)
     ids = value.get("sessionIds")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise _Refusal(f"its workspace {record_id} has no list of sessionIds", dsh=True)
+        raise storage.Refusal(f"its workspace {record_id} has no list of sessionIds", dsh=True)
     return Record(record_id, value["path"], value["title"], tuple(ids))
 
 
@@ -482,14 +411,14 @@ def load(home: Path) -> Registry:
     real_cwd.cache_clear()  # directories may have come or gone since a previous read
     path = registry_path(home)
     try:
-        held = _open_dirs(home)
+        held = storage.open_dirs(home)
         if held is None:
             return _missing(path)
         try:
-            read = _read(held, path)
+            read = storage.read(held, FILE_NAME, MAX_BYTES)
         finally:
             held.close()
-    except _Refusal as exc:
+    except storage.Refusal as exc:
         return Registry(path, "refused", str(exc))
     except (DshForkError, OSError) as exc:
         return Registry(path, "refused", f"it cannot be read ({_why(exc)})")
@@ -568,7 +497,7 @@ def edit(home: Path, decide: Decide, now_ms: int) -> Edit:
     real_cwd.cache_clear()
     path = registry_path(home)
     try:
-        held = _open_dirs(home)
+        held = storage.open_dirs(home)
     except (DshForkError, OSError) as exc:
         return _unwritten(Registry(path, "refused", f"it cannot be read ({_why(exc)})"))
     if held is None:
@@ -579,11 +508,11 @@ def edit(home: Path, decide: Decide, now_ms: int) -> Edit:
         held.close()  # closing the storages dir's descriptor releases the lock
 
 
-def _edit_held(held: _Held, path: Path, decide: Decide, now_ms: int) -> Edit:
+def _edit_held(held: storage.Held, path: Path, decide: Decide, now_ms: int) -> Edit:
     try:
-        _lock(held.storages)
-        read = _read(held, path)
-    except _Refusal as exc:
+        storage.lock(held.storages)
+        read = storage.read(held, FILE_NAME, MAX_BYTES)
+    except storage.Refusal as exc:
         return _unwritten(Registry(path, "refused", str(exc)))
     except (DshForkError, OSError) as exc:
         return _unwritten(Registry(path, "refused", f"it cannot be read ({_why(exc)})"))
@@ -602,8 +531,8 @@ def _edit_held(held: _Held, path: Path, decide: Decide, now_ms: int) -> Edit:
     if problem is not None:  # never write what DSH would refuse (by construction: a defect)
         return Edit(registry, changes, [], False, f"the edit would break a rule: {problem}")
     try:
-        _replace(held, chunks(registry.doc), st)
-    except _Refusal as exc:
+        storage.replace(held, FILE_NAME, chunks(registry.doc), st)
+    except storage.Refusal as exc:
         return Edit(registry, changes, [], False, str(exc))
     except (DshForkError, OSError) as exc:
         return Edit(registry, changes, [], False, f"it could not be written ({_why(exc)})")
@@ -615,70 +544,10 @@ def _recheck(path: Path, doc: dict[str, Any]) -> str | None:
     edited = Registry(path, "ready")
     try:
         _fill(edited, doc, doc["global"])
-    except _Refusal as exc:
+    except storage.Refusal as exc:
         return str(exc)
     return broken_rule(edited, doc["global"])
 
 
 def _unwritten(registry: Registry) -> Edit:
     return Edit(registry, [], [], False, registry.reason)
-
-
-def _lock(storages: DirFd) -> None:
-    """``flock`` on the storages dir, waited for at most ``LOCK_WAIT_S``."""
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(storages.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise _Refusal(
-                    f"another run held the lock on {storages.path} for {LOCK_WAIT_S:.0f} s"
-                ) from None
-            time.sleep(0.05)
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _replace(held: _Held, data: Iterable[bytes], was: os.stat_result) -> None:
-    """Temp file (``O_EXCL``, 0600) in the storages dir, the old file's owner and mode, fsync,
-    a last check that the file is still the one read, rename over it, fsync the dir."""
-    storages = held.storages
-    temp = f".{FILE_NAME}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    fd = storages.create_file(temp, 0o600)
-    named = True
-    try:
-        try:
-            for chunk in data:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view) :]
-            if os.geteuid() == 0 and (was.st_uid, was.st_gid) != (os.getuid(), os.getgid()):
-                os.fchown(fd, was.st_uid, was.st_gid)  # the user's DSH must read its own file
-            os.fchmod(fd, stat.S_IMODE(was.st_mode))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _still_same(held, was)
-        storages.rename(temp, FILE_NAME)
-        named = False
-        storages.fsync()
-    finally:
-        if named:
-            with contextlib.suppress(OSError):
-                storages.unlink(temp)
-
-
-def _still_same(held: _Held, was: os.stat_result) -> None:
-    """The file and the storages dir are still those read: else another writer (DSH takes no
-    lock) changed them, and its edit must not be lost."""
-    try:
-        now = held.storages.lstat(FILE_NAME)
-        dir_now = held.home.lstat(STORAGES)
-    except FileNotFoundError:
-        raise _Refusal("it was removed while it was being edited") from None
-    if _identity(now) != _identity(was) or not held.storages.same(dir_now):
-        raise _Refusal("it changed while it was being edited (rerun to apply the edit)")

@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 from schemakit import check
 
-from dsh_fork import registry
+from dsh_fork import registry, storage
 from dsh_fork.attach import attach_all
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec, generate
@@ -101,13 +101,13 @@ def test_a_second_run_changes_nothing(tmp_path: Path) -> None:
 def test_one_write_for_the_whole_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root, _, _ = scattered_home(tmp_path)
     writes: list[bytes] = []
-    replace = registry._replace
+    replace = storage.replace
 
-    def counted(held: Any, data: Any, was: Any) -> None:
+    def counted(held: Any, name: str, data: Any, was: Any) -> None:
         writes.append(b"".join(data))
-        replace(held, [writes[-1]], was)
+        replace(held, name, [writes[-1]], was)
 
-    monkeypatch.setattr(registry, "_replace", counted)
+    monkeypatch.setattr(storage, "replace", counted)
 
     result = attach_all(Root(root), dry_run=False, clock=lambda: 1_800_000_000_000)
 
