@@ -56,6 +56,7 @@ from .ids import ClockMs, now_ms
 from .layout import decode_segment, expand_home, project_dir_name
 from .locking import running
 from .model import derive
+from .progress import SILENT, Progress
 from .reader import check_version, open_log
 from .source import copy_range
 from .tarstream import STDIN_NAME, Compression, TarWriter
@@ -120,9 +121,12 @@ def export_session(
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
     stdout: IO[bytes] | None = None,
+    progress: Progress = SILENT,
 ) -> ExportResult:
-    """Resolve SESSION and write its family into the archive ``output`` (``-``: ``stdout``)."""
+    """Resolve SESSION and write its family into the archive ``output`` (``-``: ``stdout``);
+    ``progress`` is told of the bytes of each log archived ("bytes archived")."""
     located = locate(session_arg, root_option, env)
+    located.root.progress = progress
     target = Path(STDOUT) if output == STDOUT else expand_home(output).absolute()
     return export(
         located,
@@ -228,6 +232,8 @@ class _Walk:
         self._named: set[str] = set()  # dirs already described or left out
 
     def run(self) -> None:
+        self.root.entries()  # read first ("sessions read"): the family is found in them
+        (self.root.progress or SILENT).stage("bytes archived")
         top = self.located.session_dir
         session = self._read(top, "top")  # the top cannot be left out: its error is the run's
         seen = {session.id: top}
@@ -355,6 +361,7 @@ class _Walk:
             lock_held=lock_held,
         )
         self.logs.add(session.member, data, self.mtime, stored=True)
+        (self.root.progress or SILENT).advance(len(data))
         self._named.add(str(session_dir))
         self.sessions.append(session)
         return session

@@ -48,6 +48,7 @@ from .generations import CURRENT_NAME, SUPPORTED_VERSION, list_generations, sele
 from .ids import ClockMs, now_ms
 from .layout import encode_segment, expand_home, project_dir_name, resolve_root
 from .model import Facts
+from .progress import SILENT, Progress
 from .reader import SessionLog, read_header, stable_read
 from .records import encode_header, parse_header
 from .tarstream import Compression, Source
@@ -157,17 +158,18 @@ def import_bundle(
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
     workspace: bool = True,
+    progress: Progress = SILENT,
 ) -> ImportResult:
     """Verify the bundle, plan, and (unless ``dry_run``) publish it into the root; then each
     imported session that is no subagent joins the workspace of its cwd, unless not
-    ``workspace``.
+    ``workspace``. ``progress`` is told of each session published ("sessions imported").
 
     ``archive_arg`` ``-`` reads standard input; a pipe is read once, into an unnamed file of
     the root (gone when the import ends), since the import reads the archive twice: once to
     verify everything, once to publish. ``compression`` None detects it from the content."""
     stdin = archive_arg == tarstream.STDIN_NAME
     archive = Path(tarstream.STDIN_NAME) if stdin else expand_home(archive_arg).absolute()
-    root = Root(resolve_root(root_option, env))
+    root = Root(resolve_root(root_option, env), progress=progress)
     if cwd is not None:
         check_cwd(cwd)
     with tarstream.open_source(archive_arg, archive) as opened:
@@ -418,6 +420,8 @@ def _publish_all(
 ) -> None:
     items = {item.source: item for item in result.items}
     depths: dict[str, int] = {}
+    progress = root.progress or SILENT
+    progress.stage("sessions imported", sum(1 for i in result.items if i.status == "planned"))
     for member in bundle.members(source, manifest, compression):
         item = items[member.session.id]
         check = checked[member.session.id]
@@ -433,6 +437,7 @@ def _publish_all(
         else:
             _write_same_id(root, item, member, check)
         item.status = "created"
+        progress.advance()
 
 
 def _same_id_bytes(member: Member, log: CheckedLog, cwd: str | None) -> bytes:

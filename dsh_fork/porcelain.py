@@ -99,11 +99,15 @@ def fork(
     )
 
 
-def export(ctx: Context, session: str, output: str, *, forks: bool) -> ExportResult:
+def export(
+    ctx: Context, session: str, output: str, *, forks: bool, progress: Progress = SILENT
+) -> ExportResult:
     """``export``: the session and its family into one archive."""
     from .export import export_session
 
-    return export_session(session, output, ctx.root_option, forks=forks, env=ctx.env)
+    return export_session(
+        session, output, ctx.root_option, forks=forks, env=ctx.env, progress=progress
+    )
 
 
 def import_bundle(
@@ -114,6 +118,7 @@ def import_bundle(
     cwd: str | None,
     dry_run: bool,
     workspace: bool = True,
+    progress: Progress = SILENT,
 ) -> ImportResult:
     """``import``: verify an archive, then publish its sessions into the root (and their
     workspaces, unless ``workspace`` is false)."""
@@ -127,6 +132,7 @@ def import_bundle(
         dry_run=dry_run,
         env=ctx.env,
         workspace=workspace,
+        progress=progress,
     )
 
 

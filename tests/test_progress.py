@@ -135,3 +135,37 @@ def test_a_piped_run_writes_nothing_on_stderr(home: Path) -> None:
     for args in (["list"], ["doctor"], ["tree"], ["du"]):
         result = run_cli("--root", home, *args)
         assert result.exit_code == 0 and result.stderr == "", args
+
+
+def test_export_counts_bytes_archived_and_import_sessions_imported(
+    home: Path, tmp_path: Path
+) -> None:
+    from dsh_fork.discovery import Root
+
+    top = generate_top(home)
+    archive = tmp_path / "family.tar.zst"
+    told = Told()
+    made = porcelain.export(Context.of(str(home)), top, str(archive), forks=False, progress=told)
+    assert [stage[0] for stage in told.seen()] == ["sessions read", "bytes archived"]
+    assert told.seen()[1][2] == made.manifest.total_bytes > 0
+
+    target = tmp_path / "other" / "sessions"
+    target.mkdir(parents=True)
+    told = Told()
+    porcelain.import_bundle(
+        Context.of(str(target)),
+        str(archive),
+        new_ids=False,
+        cwd=None,
+        dry_run=False,
+        workspace=False,
+        progress=told,
+    )
+    assert ("sessions imported", 3, 3) in told.seen()
+    assert len(Root(target).entries()) == 3
+
+
+def generate_top(home: Path) -> str:
+    from dsh_fork.discovery import Root
+
+    return next(e.id for e in Root(home).entries() if e.parent is None and e.id is not None)

@@ -43,7 +43,14 @@ def export_command(
     out = Out(json_out)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    result = run(out, lambda: porcelain.export(ctx, session, output, forks=forks), where=ctx.root)
+    from .progress import meter
+
+    with meter(out) as bar:
+        result = run(
+            out,
+            lambda: porcelain.export(ctx, session, output, forks=forks, progress=bar),
+            where=ctx.root,
+        )
     emit(out, result, _render)
 
 

@@ -53,18 +53,22 @@ def import_command(
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
     moved = None if cwd is None else absolute_dir(cwd)
-    result = run(
-        out,
-        lambda: porcelain.import_bundle(
-            ctx,
-            archive,
-            new_ids=new_ids,
-            cwd=moved,
-            dry_run=dry_run,
-            workspace=not no_workspace,
-        ),
-        where=ctx.root,
-    )
+    from .progress import meter
+
+    with meter(out) as bar:
+        result = run(
+            out,
+            lambda: porcelain.import_bundle(
+                ctx,
+                archive,
+                new_ids=new_ids,
+                cwd=moved,
+                dry_run=dry_run,
+                workspace=not no_workspace,
+                progress=bar,
+            ),
+            where=ctx.root,
+        )
     emit(out, result, _render)
 
 
