@@ -31,8 +31,9 @@ from .model import TURN_TYPES, derive
 from .reader import FramedLog, SessionLog, header_line, open_log, stable_read
 from .records import parse_event, parse_header
 
-MAX_SALVAGE_BYTES = 256 << 20
-"""A log read whole for salvage: larger ones are refused (memory stays bounded)."""
+MAX_SALVAGE_BYTES = 32 << 20
+"""Salvage reads a log whole (and holds the readable prefix beside it): larger ones are
+refused, so memory stays under 100 MB whatever the input."""
 
 
 class LeftBehind(Struct):
@@ -114,10 +115,14 @@ class _Readable(Struct):
 
 def readable_prefix(generation: Generation) -> _Readable:
     """Read the log as the reader does and stop at the first defect (format §5, §13)."""
-    data, identity = stable_read(generation.path)
     where = str(generation.path)
-    if len(data) > MAX_SALVAGE_BYTES:
-        raise UsageError(f"{where}: larger than salvage reads ({MAX_SALVAGE_BYTES >> 20} MiB)")
+    size = generation.path.stat().st_size
+    if size > MAX_SALVAGE_BYTES:
+        raise UsageError(
+            f"{where}: {size:,} bytes, more than salvage reads ({MAX_SALVAGE_BYTES >> 20} MiB)",
+            path=where,
+        )
+    data, identity = stable_read(generation.path)
     structural: CorruptLog | None = None
     try:
         scan = zframes.scan(data)

@@ -107,3 +107,17 @@ def test_nothing_outside_an_open_turn_is_nothing_to_salvage(root: Path, clock: C
     result = run_cli("salvage", "--root", root, "session-open")
     assert result.exit_code == 9
     assert "nothing to salvage" in result.stderr
+
+
+def test_a_log_larger_than_salvage_reads_is_refused(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_fork import salvage
+
+    top, log, _, _ = damaged(root, "gap")
+    monkeypatch.setattr(salvage, "MAX_SALVAGE_BYTES", log.stat().st_size - 1)
+    before = tree_digest(root)
+    result = run_cli("salvage", "--root", root, top)
+    assert result.exit_code == 2
+    assert "more than salvage reads" in result.stderr
+    assert tree_digest(root) == before
