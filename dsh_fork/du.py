@@ -153,7 +153,7 @@ def inherited_bytes(log: SessionLog, cut: int) -> int:
     if cut <= 0:
         return 0
     if not isinstance(log, FramedLog):  # packed rows: no per-event framing to follow
-        end = log.torn.offset if log.torn is not None else len(log.data)
+        end = log.torn.offset if log.torn is not None else log.size
         count = log.event_count
         return (end - log.header_end) * min(cut, count) // count if count else 0
     total = 0
@@ -213,7 +213,7 @@ def measure(measured: Measured) -> Callable[[Node, SessionLog], None]:
 
     def hook(node: Node, log: SessionLog) -> None:
         if node.is_seeded and node.cut is not None:
-            measured[node.path] = (len(log.data), inherited_bytes(log, node.cut))
+            measured[node.path] = (log.size, inherited_bytes(log, node.cut))
 
     return hook
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Annotated, Protocol, cast
 
+from .budget import CHECK_MIN_BYTES, line_problem
 from .generations import MAX_SAFE_INTEGER
 from .records import dense_run
 
@@ -80,6 +81,8 @@ def checked_run(lines: list[bytes], wanted: frozenset[str]) -> tuple[int, list[i
         except refused:
             pass
         else:
+            if max(map(len, lines)) >= CHECK_MIN_BYTES and any(map(line_problem, lines)):
+                return None  # beyond the budget: records.parse_event names it
             first = envelopes[0].seq
             if list(map(_seq, envelopes)) == list(range(first, first + len(lines))):
                 if wanted.isdisjoint(map(_type, envelopes)):

@@ -39,6 +39,7 @@ from typing import IO, Any
 from msgspec import Struct, field
 
 from . import bundle
+from . import frames as zframes
 from .bundle import BundleSession, Manifest, Role
 from .discovery import Located, Root, SessionEntry, locate
 from .errors import (
@@ -327,8 +328,8 @@ class _Walk:
             )
         log = open_log(generation, collect=("session/end-seed",))
         header = log.header
-        committed = len(log.data) if log.torn is None else log.torn.offset
-        data = memoryview(log.data)[:committed]
+        committed = log.size if log.torn is None else log.torn.offset
+        data = memoryview(zframes.head(log.content, committed))
         lock_held = running(session_dir)
         if lock_held:
             self.warnings.append(

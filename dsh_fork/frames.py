@@ -14,7 +14,7 @@ from typing import TypeVar
 import zstandard
 from msgspec import Struct
 
-from . import parallel
+from . import budget, parallel
 from .errors import CorruptLog
 from .source import WINDOW_BYTES, FileBytes
 
@@ -24,22 +24,22 @@ TARGET_FRAME_BYTES = 64 * 1024
 MAX_BLOCK_SIZE = 128 * 1024
 _MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
 
-MAX_FRAME_PLAINTEXT = 64 * 1024 * 1024
+MAX_FRAME_PLAINTEXT = budget.MAX_FRAME_PLAINTEXT
 """dsh-fork's bound on the plaintext of one frame (the format states none): a frame that decodes
-to more is corruption of its log. DSH's own frames hold one append batch (kilobytes); a whole
-migrated body in one frame stays far below it. Peak memory of a decode stays near this bound
-whatever the input: a 33 KB frame of RLE blocks claiming a gigabyte is cut off here."""
-MAX_HEADER_PLAINTEXT = 1024 * 1024
+to more is too large for the memory budget (``budget``). DSH's own frames hold one append batch
+(kilobytes). Peak memory of a decode stays near this bound whatever the input: a 33 KB frame of
+RLE blocks claiming a gigabyte is cut off here."""
+MAX_HEADER_PLAINTEXT = budget.MAX_HEADER_PLAINTEXT
 """The bound on a header frame (one line of a few hundred bytes in every DSH log)."""
-MAX_WHOLE_PLAINTEXT = 256 * 1024 * 1024
+MAX_WHOLE_PLAINTEXT = budget.MAX_WHOLE_PLAINTEXT
 """The bound on the plaintext of a body read whole (v0/v1 logs, whose packed rows are expanded
 in one piece); later generations are indexed frame by frame and need no total bound."""
 MAX_WINDOW_SIZE = 32 * 1024 * 1024
 """The largest window a frame may ask of the decoder (libzstd's own default is 128 MiB; DSH's
 level 3 uses 2 MiB, and even level 19 only 8 MiB)."""
-_FEED = 256
-"""Compressed bytes per step of the bounded streaming decode: at most 64 blocks, so the output
-can overshoot the bound by 8 MiB at most before it is noticed."""
+_FEED = 64
+"""Compressed bytes per step of the bounded streaming decode: at most 16 blocks, so the output
+can overshoot the bound by 2 MiB at most before it is noticed."""
 
 PIECES_MIN_PLAINTEXT = 4 * 1024 * 1024
 """A frame whose blocks may decode to more than this reaches ``map_frames``' reduction in
@@ -190,6 +190,13 @@ def decode(data: Data, frame: Frame, index: int = 0, limit: int = MAX_FRAME_PLAI
     return _decode_bounded(view, frame, index, limit, origin)
 
 
+def head(data: Data, end: int) -> bytes | memoryview:
+    """Bytes ``0..end-1`` of a log's bytes, held or read on demand."""
+    if isinstance(data, FileBytes):
+        return data.read(0, end)
+    return memoryview(data)[:end]
+
+
 def _window(data: Data, start: int, end: int) -> tuple[memoryview, int]:
     """The bytes holding ``start..end-1`` and the file offset of their first byte."""
     if isinstance(data, FileBytes):
@@ -259,7 +266,8 @@ def decode_all(data: bytes, frames: Sequence[Frame], first_index: int = 0) -> li
 
 def _too_large(frame: Frame, index: int, limit: int) -> CorruptLog:
     return _corrupt(
-        f"frame decodes to more than {limit:,} bytes (dsh-fork's bound for such a frame)",
+        f"frame decodes to more than {limit:,} bytes: "
+        + budget.too_large("a header frame" if limit == MAX_HEADER_PLAINTEXT else "a frame", limit),
         frame.start,
         index,
     )
@@ -398,8 +406,8 @@ def _bounded_total(
             total += len(plaintext)
             if total > limit:
                 raise _corrupt(
-                    f"the frames up to this one decode to more than {limit:,} bytes "
-                    "(dsh-fork's bound for a log read whole)",
+                    f"the frames up to this one decode to more than {limit:,} bytes: "
+                    + budget.too_large("a log read whole", limit),
                     frames[k].start,
                     first + k,
                 )
@@ -516,7 +524,12 @@ def decode_torn(data: Data, start: int, index: int = 0, limit: int = MAX_FRAME_P
             total += len(piece)
             if total > limit:
                 parts.clear()
-                raise _corrupt(f"incomplete frame decodes to more than {limit:,} bytes", at, index)
+                raise _corrupt(
+                    f"incomplete frame decodes to more than {limit:,} bytes: "
+                    + budget.too_large("a frame", limit),
+                    at,
+                    index,
+                )
             parts.append(piece)
     except zstandard.ZstdError as exc:
         if bytes(view[start + 1 :]).find(_MAGIC_BYTES) != -1:

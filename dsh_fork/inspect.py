@@ -21,6 +21,7 @@ from msgspec import Struct, field
 
 from . import frames as zframes
 from . import parallel
+from .budget import CHECK_MIN_BYTES, check_line
 from .collector import paused_gc
 from .discovery import Located, locate
 from .errors import CorruptLog, Partial, UnsupportedFormat
@@ -391,7 +392,7 @@ def _turn_json(turn: TurnSummary) -> dict[str, Any]:
 def _frame_stats(log: SessionLog) -> FrameStats | None:
     if log.generation.encoding != "zstd":
         return None
-    header_frame = zframes.scan(log.data, limit=1).frames[0]
+    header_frame = zframes.scan(zframes.head(log.content, log.header_end), limit=1).frames[0]
     frames = [header_frame, *log.body_frames]
     largest = max(range(len(frames)), key=lambda i: frames[i].size)
     return FrameStats(
@@ -508,6 +509,8 @@ class _Pass(Struct):
         # The run's latest request header taken by the common case, made an Event once.
         request: tuple[int, dict[str, Any], bytes] | None = None
         for line in lines:
+            if len(line) >= CHECK_MIN_BYTES:
+                check_line(line, where, seq)  # never parse beyond the budget
             try:
                 obj = loads(line)
             except decode_error:
@@ -572,7 +575,7 @@ def _later_part(log: FramedLog) -> tuple[int, int, int] | None:
     first = next((k for k, f in enumerate(frames) if f.start >= middle), len(frames))
     for k in range(first, min(first + SPLIT_SEARCH, len(frames) - 1)):
         try:
-            plaintext = zframes.decode(log.data, frames[k], k + 1)
+            plaintext = zframes.decode(log.content, frames[k], k + 1)
             ev = parse_event(plaintext[: plaintext.find(b"\n")], None)
         except CorruptLog:
             return None  # the single pass will name the defect

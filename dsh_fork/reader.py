@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 from msgspec import Struct, field
 
+from . import budget
 from . import frames as zframes
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
 from .fsdir import open_regular
@@ -41,9 +42,13 @@ from .records import (
 )
 from .source import FileBytes, FileRun, identity_of
 
-MAX_RUN_BYTES = 256 << 20
-"""The most plaintext one record may span across frames: memory stays bounded even when no
-frame of a damaged log ends a line (DSH writes every frame on a line boundary)."""
+MAX_RUN_BYTES = budget.MAX_RECORD_BYTES
+"""The most plaintext a run of several frames may hold (a record spread over frames and the
+lines around it): memory stays bounded even when no frame of a damaged log ends a line (DSH
+writes every frame on a line boundary, so its runs are single frames)."""
+GROUP_BYTES = 1 << 20
+"""A run's lines are split and handed on about this many bytes of whole lines at a time: a
+frame of 16 MiB of empty lines would otherwise be a list of 16 million entries."""
 _NO_HEADER_FRAME = "{where}: no complete frame: an empty or header-less log"
 HEADER_PROBE_BYTES = 16 * 1024
 HEADER_FIRST_READ = 4 * 1024
@@ -75,11 +80,21 @@ def read_fd(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def stable_read(path: Path, *, retries: int = 1) -> tuple[bytes, Identity]:
-    """stat → read → stat, one retry; a file that keeps changing is SESSION_STALE."""
+def stable_read(
+    path: Path, *, retries: int = 1, limit: int | None = None
+) -> tuple[bytes, Identity]:
+    """stat → read → stat, one retry; a file that keeps changing is SESSION_STALE. With
+    ``limit`` a file larger than that is refused as too large before a byte is read (its size
+    may be a sparse hole: it is never trusted to be memory one may take)."""
     for _ in range(retries + 1):
         try:
             before = _identity(os.stat(path))
+            if limit is not None and before[2] > limit:
+                raise CorruptLog(
+                    f"{path}: a log of {before[2]:,} bytes is read whole here: "
+                    + budget.too_large("a log read whole", limit),
+                    path=str(path),
+                )
             fd = open_fd(path)
             try:
                 data = read_fd(fd, before[2])
@@ -166,6 +181,18 @@ class SessionLog(abc.ABC):
     @property
     def path(self) -> Path:
         return self.generation.path
+
+    @property
+    def size(self) -> int:
+        """The bytes of the file as read (held in ``data``, or read on demand): what a
+        writer appends after and truncates back to."""
+        return self.identity[2]
+
+    @property
+    def content(self) -> zframes.Data:
+        """The log's bytes: ``data`` when held whole, else read on demand from the open file
+        (``FramedLog.source``); ``data`` is then empty."""
+        return self.data
 
     @property
     def session_dir(self) -> Path:
@@ -326,6 +353,10 @@ class FramedLog(SessionLog):
         self._collect_from = collect_from
         self._kept: tuple[bytes, ...] = ()
         self._cache: tuple[int, list[bytes]] | None = None
+
+    @property
+    def content(self) -> zframes.Data:
+        return self._src
 
     # -- the index --------------------------------------------------------------------------
 
@@ -768,7 +799,8 @@ def _runs(
 ) -> Iterator[tuple[int, tuple[zframes.Frame, ...], bytes]]:
     """(index of the first frame, frames, plaintext) of each run of adjacent frames whose
     plaintexts end on a line boundary; trailing empty frames come as a run with no plaintext.
-    Plaintext that never reaches a line boundary is a torn record (format §5.3)."""
+    Plaintext that never reaches a line boundary is a torn record (format §5.3); a run of
+    several frames beyond ``MAX_RUN_BYTES`` is too large (``budget``)."""
     pending: list[zframes.Frame] = []
     parts: list[bytes] = []
     size = 0
@@ -782,15 +814,18 @@ def _runs(
             if plaintext:
                 parts.append(plaintext)
                 size += len(plaintext)
-                if size > MAX_RUN_BYTES and plaintext[-1] != 0x0A:
+                if len(parts) > 1 and size > MAX_RUN_BYTES:
+                    parts.clear()
                     raise CorruptLog(
                         f"{where}: a record spans frames {start + 2}..{k + 2}, more than "
-                        f"{MAX_RUN_BYTES >> 20} MiB without a line end",
+                        f"{MAX_RUN_BYTES:,} bytes: " + budget.too_large("a record", MAX_RUN_BYTES),
                         frame=k + 1,
                     )
                 if plaintext[-1] == 0x0A:
-                    yield start, tuple(pending), b"".join(parts)
+                    run, text = tuple(pending), parts[0] if len(parts) == 1 else b"".join(parts)
                     pending, parts, size = [], [], 0
+                    yield start, run, text
+                    del text
     if parts:
         raise CorruptLog(
             f"{where}: complete frame {start + len(pending) + 1} contains a torn JSONL record",
@@ -798,6 +833,17 @@ def _runs(
         )
     if pending:
         yield start, tuple(pending), b""
+
+
+def line_groups(text: bytes, size: int = GROUP_BYTES) -> Iterator[list[bytes]]:
+    """The lines of ``text`` (which ends with 0x0A), about ``size`` bytes of whole lines at a
+    time: a list of lines is never longer than the lines of one group."""
+    start = 0
+    end = len(text)
+    while start < end:
+        stop = text.find(b"\n", min(start + size, end - 1))
+        yield text[start:stop].split(b"\n")
+        start = stop + 1
 
 
 def _line_runs(
@@ -808,8 +854,9 @@ def _line_runs(
     where: str,
     chunks: list[Chunk],
 ) -> Iterator[tuple[int, int, list[bytes]]]:
-    """(index of the first frame, first seq, lines) of each run of ``frames``; a run's chunk
-    is appended once the caller is done with its lines (its events are then all checked)."""
+    """(index of the first frame, first seq, lines) of each group of lines of each run of
+    ``frames`` (``line_groups``); a run's chunk is appended once the caller is done with its
+    last group (its events are then all checked)."""
     seq = first_seq
     for k, run, plaintext in _runs(data, frames, first_index, where):
         if not plaintext:
@@ -819,10 +866,11 @@ def _line_runs(
             else:
                 chunks.append(Chunk(run, seq, 0, k))
             continue
-        lines = plaintext[:-1].split(b"\n")
-        yield k, seq, lines
-        chunks.append(Chunk(run, seq, len(lines), k))
-        seq += len(lines)
+        first = seq
+        for lines in line_groups(plaintext):
+            yield k, seq, lines
+            seq += len(lines)
+        chunks.append(Chunk(run, first, seq - first, k))
 
 
 def _run_error(error: CorruptLog, lines: list[bytes], k: int, where: str) -> CorruptLog:
@@ -968,11 +1016,12 @@ def open_log(
     """
     check_version(generation)
     wanted = frozenset(collect)
-    streamed = stream and generation.encoding == "zstd" and generation.version >= 2
+    streamed = generation.encoding == "zstd" and generation.version >= 2
+    streamed = streamed and (stream or _larger(generation.path, budget.MAX_WHOLE_READ))
     if streamed:
         log: SessionLog = open_streamed(generation, wanted)
     else:
-        data, identity = stable_read(generation.path)
+        data, identity = stable_read(generation.path, limit=budget.MAX_WHOLE_READ)
     if check_dir:
         now = current_generation(generation.path.parent)
         if now is None or now.path != generation.path:
@@ -1047,6 +1096,15 @@ def open_log(
     if index:
         framed.build_index()
     return framed
+
+
+def _larger(path: Path, size: int) -> bool:
+    """Whether the file at ``path`` holds more than ``size`` bytes (a file gone is not: the
+    read that follows says so)."""
+    try:
+        return os.stat(path).st_size > size
+    except FileNotFoundError:
+        return False
 
 
 def parse_recovered(log: SessionLog) -> list[bytes]:

@@ -17,6 +17,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from .budget import CHECK_MIN_BYTES, check_line, line_problem
 from .errors import CorruptLog, UnsupportedFormat
 from .generations import MAX_SAFE_INTEGER, SUPPORTED_VERSION
 from .layout import is_absolute_cwd
@@ -67,7 +68,11 @@ def _reject_constant(name: str) -> Any:
 
 def parse_line(line: bytes) -> tuple[Any, bool]:
     """(value, lenient): orjson first; JSON.parse-compatible fallback for lone surrogate
-    escapes, invalid UTF-8 and big integers, which DSH accepts (format §6)."""
+    escapes, invalid UTF-8 and big integers, which DSH accepts (format §6). A line beyond the
+    memory budget (``budget.line_problem``) is not parsed."""
+    problem = line_problem(line)
+    if problem is not None:
+        raise LineError(problem)
     try:
         return orjson.loads(line), False
     except orjson.JSONDecodeError:
@@ -386,8 +391,11 @@ def parse_event(line: bytes, expected_seq: int | None, *, where: str = "log") ->
     """Envelope of one v2+ line; a non-object, a missing type or a wrong seq is corruption.
 
     With ``expected_seq`` None any non-negative seq is taken: the last line of a frame, whose
-    seq says how many lines the frame holds when they were not counted.
+    seq says how many lines the frame holds when they were not counted. A line beyond the
+    memory budget is refused before it is parsed (``budget.check_line``).
     """
+    if len(line) >= CHECK_MIN_BYTES:
+        check_line(line, where, _label(expected_seq))
     try:
         value = orjson.loads(line)
         lenient = False
@@ -450,6 +458,8 @@ def dense_run(lines: list[bytes]) -> tuple[int, list[str]] | None:
     types: list[str] = []
     append = types.append
     for k, line in enumerate(lines):
+        if len(line) >= CHECK_MIN_BYTES and line_problem(line) is not None:
+            return None  # parse_event names it
         try:
             value = loads(line)
         except orjson.JSONDecodeError:

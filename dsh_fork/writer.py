@@ -904,7 +904,7 @@ def append(
         lines = _encode_new(build(log, facts), log.event_count, facts)
         if not lines:
             return Appended(log.event_count, 0, repaired, log, facts)
-        _append_frame(dirs.session, log, b"".join(lines), len(log.data))
+        _append_frame(dirs.session, log, b"".join(lines), log.size)
         return Appended(log.event_count, len(lines), repaired, log, facts)
     finally:
         if own_lock:

@@ -752,21 +752,21 @@ def test_a_damaged_frame_decoded_in_pieces_is_refused_as_when_it_decodes_whole(
 
 
 def test_a_large_frame_is_checked_without_holding_its_plaintext(root: Path) -> None:
-    """A frame of 24 MiB of lines is indexed while a piece of it is held: the read peaks
-    near 2 MB beyond the compressed log (decoded whole, the frame made it peak at 35 MB)."""
+    """A frame of 14 MiB of lines (within the 16 MiB cap) is indexed while a piece of it is
+    held: the read peaks near 2 MB beyond the compressed log."""
     import tracemalloc
 
-    lines = _event_lines(60_000, pad=380)
+    lines = _event_lines(35_000, pad=380)
     plaintext = b"".join(line + b"\n" for line in lines)
-    assert len(plaintext) > 24 << 20
+    assert 14 << 20 < len(plaintext) < zframes.MAX_FRAME_PLAINTEXT
     generation = write_raw_log(root, [plaintext])
     compressed = generation.path.stat().st_size
     del lines, plaintext
     tracemalloc.start()
     try:
-        log = open_log(generation, collect=("b",), collect_from=60_000)
+        log = open_log(generation, collect=("b",), collect_from=35_000)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert log.event_count == 60_000 and log.collected == []
+    assert log.event_count == 35_000 and log.collected == []
     assert peak - compressed < 4 << 20, peak

@@ -399,7 +399,7 @@ def _peak_rss_mb(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], f
     return done, int(peak[-1].split("=")[1]) / 1024
 
 
-MEMORY_BOUND_MB = 300
+MEMORY_BOUND_MB = 100
 
 
 BOMBS = [GIB_BLOCKS, 8 * GIB_BLOCKS] if DEEP else [GIB_BLOCKS]
