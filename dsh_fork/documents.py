@@ -131,6 +131,29 @@ class WorkspaceJoin(Struct, rename="camel"):
     ]
 
 
+class ClosedToolResult(Struct, rename="camel"):
+    """The synthetic result that closes a pending tool call (fork --close-turn)."""
+
+    call_id: str
+    step: Any
+    result_seq: int
+    code: Literal["TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED"]
+    call_seq: Annotated[
+        int | None, Meta(description="The call's tool/call seq (it had started), else null.")
+    ]
+
+
+class ClosedTurn(Struct, rename="camel"):
+    """What closes, after the marker, the turn a fork's boundary lies inside."""
+
+    turn: Annotated[Any, Meta(description="data.turn of the open turn's turn/start.")]
+    start_seq: int
+    tool_results: list[ClosedToolResult]
+    step_end_seq: int | None
+    turn_end_seq: int
+    events: Annotated[int, Meta(description="How many closing events follow the marker.")]
+
+
 class ForkChild(Struct, rename="camel"):
     """The child a fork wrote (or, with --dry-run, would write)."""
 
@@ -161,6 +184,16 @@ class ForkChild(Struct, rename="camel"):
         Annotated[
             dict[str, int],
             Meta(description="With --drop-inherited-inbox: pending items canceled per target."),
+        ]
+        | UnsetType
+    ) = UNSET
+    closed_turn: (
+        Annotated[
+            ClosedTurn | None,
+            Meta(
+                description="With --close-turn: the closers appended after the marker (null: "
+                "the boundary is between turns)."
+            ),
         ]
         | UnsetType
     ) = UNSET

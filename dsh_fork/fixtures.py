@@ -224,6 +224,64 @@ class SessionSpec(Struct):
         }
         return self.add("assistant/message", clock(), data, surfaceOp="append")
 
+    def unfinished_turn(
+        self,
+        clock: Clock,
+        text: str = "unfinished",
+        *,
+        tool: str = "shell",
+        calls: int = 0,
+        started: int = 0,
+        settled: int = 0,
+        step: bool = True,
+        on_call: Callable[[int], object] | None = None,
+    ) -> list[str]:
+        """A turn left open in the middle, as a crash or a live session leaves it (what
+        ``fork --close-turn`` closes): ``turn/start``, the user's message and the request;
+        then, with ``step``, an open step 1 whose assistant message advertises ``calls`` tool
+        calls, the first ``started`` of them started (``tool/call``, then ``on_call(k)``) and
+        the first ``settled`` of those settled (``tool/result``); without ``step``, a finished
+        step 1 and no step open. Returns the advertised call ids, in order."""
+        if not 0 <= settled <= started <= calls or (calls and not step):
+            raise ValueError("settled <= started <= calls, and calls need an open step")
+        self.turns += 1
+        number = self.turns
+        self.add("turn/start", clock(), {"turn": number})
+        self.user_message(clock, text)
+        reason = "initial" if number == 1 else "series"
+        config = {"provider": "fixture", "model": "fixture-1"}
+        self.add("request/header", clock(), {"header": {"config": config}, "reason": reason})
+        self.add("step/start", clock(), {"turn": number, "step": 1})
+        if not step:
+            self.assistant_message(clock, number, 1, [{"type": "text", "text": "thinking"}])
+            self.add("step/end", clock(), {"turn": number, "step": 1})
+            return []
+        ids = [f"call_{number:04d}_{k:04d}" for k in range(calls)]
+        arguments = [orjson.dumps({"command": f"step {k}"}).decode() for k in range(calls)]
+        if calls:
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": f"calling {tool}"}]
+            blocks += [
+                {"type": "tool-call", "id": i, "name": tool, "arguments": a}
+                for i, a in zip(ids, arguments, strict=True)
+            ]
+            self.assistant_message(clock, number, 1, blocks)
+        where = {"turn": number, "step": 1}
+        for k in range(started):
+            call = {**where, "callId": ids[k], "name": tool, "arguments": arguments[k]}
+            self.add("tool/call", clock(), call)
+            if on_call is not None:
+                on_call(k)
+            if k < settled:
+                result = {
+                    "id": str(uuid.UUID(int=len(self.lines) + 1)),
+                    "role": "tool",
+                    "toolCallId": ids[k],
+                    "source": {"kind": "tool", "callId": ids[k]},
+                    "content": [{"type": "text", "text": f"{tool}: done"}],
+                }
+                self.add("tool/result", clock(), {**where, "message": result}, surfaceOp="append")
+        return ids
+
     def open_turn(self, clock: Clock, text: str = "unfinished") -> int:
         """A turn left open (crashed mid-turn): ``turn/start`` and a user message only."""
         self.turns += 1

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 
-from . import inbox, seeded, titles
+from . import closers, inbox, seeded, titles
+from .closers import ClosedTurn
 from .discovery import Located, Root, locate
 from .errors import (
     DshForkError,
@@ -41,6 +42,7 @@ from .model import TURN_TYPES, Facts, OpenTurnInfo, derive
 from .oplog import NO_AGENTS, OpLog
 from .reader import SessionLog, open_log
 from .times import iso_ms
+from .turns import CLOSE_TURN_HINT, open_turn_at
 from .workspace import moved_workspace
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
@@ -85,6 +87,10 @@ class ForkResult(Struct):
     """The title appended to the child (``titles.fork_title``); None: no title event."""
     source_title: str | None = None
     """The source's latest title, what DSH's rule increases."""
+    close_turn: bool = False
+    """``--close-turn`` was given: the result then says what it closed (``closedTurn``)."""
+    closed_turn: ClosedTurn | None = None
+    """The closers of the turn the boundary lies inside (``--close-turn``), else None."""
 
     def partial(self) -> Partial | None:
         """PARTIAL (exit 10) when the child was written but part of its subagent tree was
@@ -121,6 +127,9 @@ class ForkResult(Struct):
             keys["cwd"] = self.cwd
         if self.inbox_canceled is not None:
             keys["inboxCanceled"] = self.inbox_canceled
+        if self.close_turn:
+            closed = self.closed_turn
+            keys["closedTurn"] = None if closed is None else closed.to_json()
         return keys
 
 
@@ -141,6 +150,7 @@ def fork(
     title: str | None = None,
     keep_title: bool = False,
     read_source: SourceReader | None = None,
+    close_turn: bool = False,
 ) -> ForkResult:
     """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
 
@@ -149,7 +159,8 @@ def fork(
     moves the child into another workspace, and the subagent copies follow it
     (``workspace.rebase_cwd``); ``drop_inbox`` cancels the inherited queued input in the
     child's own range. The child is titled as DSH's fork buttons title it (``titles``):
-    ``title`` (``--title``) instead, no title event with ``keep_title``. Once published,
+    ``title`` (``--title``) instead, no title event with ``keep_title``. With ``close_turn`` a
+    boundary inside a turn is taken, and the turn closed in the child (``closers``). Once published,
     the child joins its workspace (``joining``) unless ``workspace`` is false.
     ``read_source`` reads the source instead of ``reader.open_log`` (``salvage``: the part of
     a refused log that DSH would accept).
@@ -180,8 +191,12 @@ def fork(
     else:
         log = read_source(generation, types)
     facts = derive(log.header, log.event_count, log.collected)
-    boundary = _boundary(log, at)
+    boundary, enclosing = _boundary(log, at, close_turn=close_turn)
     last = -1 if boundary is None else boundary
+    closed = None
+    if enclosing is not None:  # --close-turn at a boundary inside a turn
+        state = open_turn_at(log, enclosing.start_seq, last)
+        closed = None if state is None else closers.close(state, last + 2)
     whole, cut_frame = log.prefix_frames(last)
     if child_id is None and not dry_run:
         child_id = seeded.fresh_id(root, new_id)
@@ -211,7 +226,11 @@ def fork(
         else {c["target"]: c["removedCount"] for c in cancels},
         title=child_title,
         source_title=facts.title,
+        close_turn=close_turn,
+        closed_turn=closed,
     )
+    if closed is not None and closed.outcome_unknown:
+        result.warnings.append(closers.unknown_warning(closed, log.header.id))
     if log.torn is not None:
         result.warnings.append(
             f"the source has a torn tail ({log.torn.size} bytes at offset {log.torn.offset}); "
@@ -243,6 +262,7 @@ def fork(
         own=own,
     )
     plan.cwd = child_cwd  # --cwd: the child's workspace; its events stay byte for byte
+    plan.closing = [] if closed is None else closed.events
     published = seeded.write(root, plan, log, keep_lock=agents)
     result.path = published.path
     if not agents:  # a fork without its tree on purpose: doctor and relink --all respect it
@@ -281,6 +301,7 @@ def fork_session(
     workspace: bool = True,
     title: str | None = None,
     keep_title: bool = False,
+    close_turn: bool = False,
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
 
@@ -294,7 +315,8 @@ def fork_session(
     if turn is not None:
         from .turns import boundary_of_turn
 
-        at = boundary_of_turn(open_log(source.generation, collect=TURN_TYPES), turn)
+        turns_log = open_log(source.generation, collect=TURN_TYPES)
+        at = boundary_of_turn(turns_log, turn, close_turn=close_turn)
     return fork(
         source.root,
         source,
@@ -310,6 +332,7 @@ def fork_session(
         workspace=workspace,
         title=title,
         keep_title=keep_title,
+        close_turn=close_turn,
     )
 
 
@@ -336,12 +359,15 @@ def _join_workspace(
 # -- the boundary ---------------------------------------------------------------------------
 
 
-def _boundary(log: SessionLog, at: int | None) -> int | None:
-    """The checked boundary seq, or None for the empty child of an empty source."""
+def _boundary(
+    log: SessionLog, at: int | None, *, close_turn: bool
+) -> tuple[int | None, OpenTurnInfo | None]:
+    """The checked boundary seq (None for the empty child of an empty source), and the turn it
+    lies inside: always None unless ``close_turn``, without which such a boundary is refused."""
     count = log.event_count
     if at is None:
         if count == 0:
-            return None
+            return None, None
         seq = count - 1
     elif not 0 <= at < count:
         detail = "the source has no events" if count == 0 else f"valid seqs are 0..{count - 1}"
@@ -358,9 +384,9 @@ def _boundary(log: SessionLog, at: int | None) -> int | None:
     governing = log.last_event(TURN_TYPES, seq)
     near = derive(log.header, count, [] if governing is None else [governing])
     enclosing = near.enclosing_turn(seq)
-    if enclosing is not None:
+    if enclosing is not None and not close_turn:
         raise _open_turn(log, seq, enclosing, default=at is None)
-    return seq
+    return seq, enclosing
 
 
 def _open_turn(log: SessionLog, seq: int, turn: OpenTurnInfo, *, default: bool) -> OpenTurn:
@@ -376,6 +402,7 @@ def _open_turn(log: SessionLog, seq: int, turn: OpenTurnInfo, *, default: bool) 
     last_end = full.last_turn_end if default else None
     if default:
         message += "; no turn has ended yet" if last_end is None else f"; last turn/end: {last_end}"
+    message += f"; {CLOSE_TURN_HINT}"
     return OpenTurn(
         message,
         requested=seq,

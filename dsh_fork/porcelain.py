@@ -74,11 +74,13 @@ def fork(
     workspace: bool = True,
     title: str | None = None,
     keep_title: bool = False,
+    close_turn: bool = False,
 ) -> ForkResult:
     """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both;
     ``cwd`` moves the child into another workspace, ``drop_inbox`` cancels its inherited
     queued input, ``workspace=False`` leaves the registry alone; ``title`` names the
-    child (default: DSH's increased title), ``keep_title`` leaves it the title it inherits."""
+    child (default: DSH's increased title), ``keep_title`` leaves it the title it inherits;
+    ``close_turn`` takes a boundary inside a turn and closes the turn in the child."""
     from .fork import fork_session
 
     return fork_session(
@@ -96,6 +98,7 @@ def fork(
         workspace=workspace,
         title=title,
         keep_title=keep_title,
+        close_turn=close_turn,
     )
 
 

@@ -10,7 +10,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
@@ -603,9 +603,15 @@ def decode_source_seqs(stored: Any, seq: int) -> list[int]:
     return out
 
 
-def encode_event(event_type: str, seq: int, time: int, data: Any) -> bytes:
-    """A line dsh-fork creates (with its 0x0A), keys in the order ``type, seq, time, data``."""
-    return dumps_record({"type": event_type, "seq": seq, "time": time, "data": data}) + b"\n"
+def encode_event(
+    event_type: str, seq: int, time: int, data: Any, extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """A line dsh-fork creates (with its 0x0A), keys in the order ``type, seq, time, data``,
+    then the envelope keys of ``extra`` in their order (``surfaceOp``, ``sourceEventSeqs``)."""
+    record = {"type": event_type, "seq": seq, "time": time, "data": data}
+    if extra:
+        record.update(extra)
+    return dumps_record(record) + b"\n"
 
 
 _LONE_SURROGATE = "[\ud800-\udfff]"  # compiled on first use (re's cache): rarely needed

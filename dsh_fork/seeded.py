@@ -31,6 +31,7 @@ from typing import Any
 from msgspec import Struct, field
 
 from . import writer
+from .closers import Closer
 from .discovery import Root
 from .errors import DshForkError, InternalError
 from .fsdir import open_regular
@@ -60,7 +61,11 @@ class SeededPlan(Struct):
     """How many source events the session inherits (its cut)."""
     marker_time: int
     own: list[tuple[str, Any]] = field(default_factory=list)
-    """Events after the marker, as (type, data); they take ``created_at`` as their time."""
+    """Events after the marker (and the closers), as (type, data); they take ``created_at``
+    as their time."""
+    closing: list[Closer] = field(default_factory=list)
+    """The closers of a turn the prefix stops inside (``fork --close-turn``), right after the
+    marker: they take the marker's time, the time of the last inherited event."""
 
     def header_line(self) -> bytes:
         return encode_header(
@@ -77,8 +82,14 @@ class SeededPlan(Struct):
     def own_lines(self) -> bytes:
         """The marker and the session's own events, numbered after the inherited ones."""
         lines = encode_event(MARKER_TYPE, self.inherited, self.marker_time, {"inherited": True})
-        for offset, (event_type, data) in enumerate(self.own, start=1):
-            lines += encode_event(event_type, self.inherited + offset, self.created_at, data)
+        seq = self.inherited + 1
+        for closer in self.closing:
+            if closer.seq != seq:  # a closer's id carries its seq: numbered for another place
+                raise InternalError(f"closer numbered {closer.seq} at seq {seq}")
+            lines += encode_event(closer.type, seq, self.marker_time, closer.data, closer.extra)
+            seq += 1
+        for offset, (event_type, data) in enumerate(self.own, start=seq):
+            lines += encode_event(event_type, offset, self.created_at, data)
         return lines
 
 

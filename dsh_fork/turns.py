@@ -22,6 +22,9 @@ from .records import Event, dig
 if TYPE_CHECKING:
     pass
 
+CLOSE_TURN_HINT = "give --close-turn to fork there and close the turn"
+"""Named by every OPEN_TURN refusal of a fork: the option that accepts such a boundary."""
+
 SUMMARY_TYPES = (
     "turn/start",
     "turn/end",
@@ -168,10 +171,11 @@ def turn_containing(turns: list[TurnSummary], seq: int) -> TurnSummary | None:
 # -- fork --turn ----------------------------------------------------------------------------
 
 
-def boundary_of_turn(log: SessionLog, turn: int) -> int:
+def boundary_of_turn(log: SessionLog, turn: int, *, close_turn: bool = False) -> int:
     """The ``turn/end`` seq of turn ``turn`` (1-based; negative counts back over the
     completed turns: -1 is the last one). A turn that does not exist is INVALID_BOUNDARY, an
-    open one OPEN_TURN (both exit 4). ``log`` is opened with ``collect=TURN_TYPES``."""
+    open one OPEN_TURN (both exit 4) — unless ``close_turn``: then an open turn's boundary is
+    its last event, which the fork closes. ``log`` is opened with ``collect=TURN_TYPES``."""
     marks = [ev for ev in log.collected if ev.type in TURN_TYPES]
     turns, _ = summarize_events(marks, log.event_count)
     completed = [t for t in turns if t.end_seq is not None]
@@ -193,14 +197,109 @@ def boundary_of_turn(log: SessionLog, turn: int) -> int:
             completedTurns=len(completed),
             session=session,
         )
-    if chosen.end_seq is None:
-        last = completed[-1].number if completed else None
-        hint = f"; the last completed turn is {last}" if last is not None else ""
-        raise OpenTurn(
-            f"turn {chosen.number} is open (started at seq {chosen.start_seq}): it has no end "
-            f"to fork at{hint}",
-            requested=turn,
-            openTurn={"turn": chosen.number, "startSeq": chosen.start_seq},
-            session=session,
-        )
-    return chosen.end_seq
+    if chosen.end_seq is not None:
+        return chosen.end_seq
+    if close_turn:
+        return chosen.last_seq
+    last = completed[-1].number if completed else None
+    hint = f"; the last completed turn is {last}" if last is not None else ""
+    raise OpenTurn(
+        f"turn {chosen.number} is open (started at seq {chosen.start_seq}): it has no end "
+        f"to fork at{hint}; {CLOSE_TURN_HINT}",
+        requested=turn,
+        openTurn={"turn": chosen.number, "startSeq": chosen.start_seq},
+        session=session,
+    )
+
+
+# -- the open turn at a boundary (fork --close-turn) ------------------------------------------
+
+CLOSING_TYPES = frozenset(
+    (
+        "turn/start",
+        "turn/end",
+        "step/start",
+        "step/end",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+    )
+)
+"""The events DSH folds to close a turn a fork cut inside (dsh-world §3)."""
+
+
+class PendingCall(Struct):
+    """An advertised tool call without a result: ``call_seq`` is its ``tool/call`` (it
+    started), None when it never started."""
+
+    call_id: str
+    step: Any
+    call_seq: int | None = None
+
+
+class OpenTurnState(Struct):
+    """What is open at the end of a prefix that stops inside a turn."""
+
+    turn: Any
+    """``data.turn`` of the open turn's ``turn/start``, as DSH takes it."""
+    start_seq: int
+    step: Any = None
+    """``data.step`` of the open step, None when no step is open."""
+    pending: list[PendingCall] = field(default_factory=list)
+    """In the order the calls became pending."""
+
+
+def open_turn_state(events: Iterable[Event]) -> OpenTurnState | None:
+    """DSH's fold before it closes a forked turn (dsh-world §3), over events in seq order that
+    begin at or before the open turn's ``turn/start``; None when no turn is open at the end.
+
+    ``turn/start`` opens ``data.turn`` and forgets the open step and pending calls;
+    ``turn/end`` closes it; ``step/start`` opens ``data.step``; ``step/end`` closes the step and
+    forgets the pending calls; each ``tool-call`` block of an ``assistant/message`` makes its id
+    pending in the message's step (a repeated id keeps its place); a ``tool/call`` marks a
+    pending call started at its seq; a ``tool/result`` settles the call its
+    ``message.source.callId`` names.
+    """
+    state: OpenTurnState | None = None
+    calls: dict[str, PendingCall] = {}
+    for ev in events:
+        kind = ev.type
+        if kind not in CLOSING_TYPES:
+            continue
+        data = ev.data if isinstance(ev.data, dict) else {}
+        if kind == "turn/start":
+            state, calls = OpenTurnState(data.get("turn"), ev.seq), {}
+        elif kind == "turn/end":
+            state, calls = None, {}
+        elif state is None:
+            continue
+        elif kind == "step/start":
+            state.step = data.get("step")
+        elif kind == "step/end":
+            state.step, calls = None, {}
+        elif kind == "assistant/message":
+            content = dig(data, "message", "content")
+            for block in content if isinstance(content, list) else ():
+                if not isinstance(block, dict) or block.get("type") != "tool-call":
+                    continue
+                call_id = block.get("id")
+                if isinstance(call_id, str):
+                    calls[call_id] = PendingCall(call_id, data.get("step"))
+        elif kind == "tool/call":
+            call_id = data.get("callId")
+            call = calls.get(call_id) if isinstance(call_id, str) else None
+            if call is not None:
+                call.call_seq = ev.seq
+        else:  # tool/result
+            call_id = dig(data, "message", "source", "callId")
+            if isinstance(call_id, str):
+                calls.pop(call_id, None)
+    if state is not None:
+        state.pending = list(calls.values())
+    return state
+
+
+def open_turn_at(log: SessionLog, start_seq: int, boundary: int) -> OpenTurnState | None:
+    """The state at ``boundary`` of the turn opened at ``start_seq``: its events are parsed one
+    at a time (a long open turn is never held whole)."""
+    return open_turn_state(log.event(seq) for seq in range(start_seq, boundary + 1))

@@ -225,6 +225,7 @@ def test_a_seq_inside_a_turn_is_open_turn_naming_the_nearest_boundaries(
 
     assert caught.value.message == (
         "boundary 8 lies inside open turn 2 (started at seq 6); nearest valid boundaries: 5, 11"
+        "; give --close-turn to fork there and close the turn"
     )
     assert caught.value.to_json() == {
         "code": "OPEN_TURN",
@@ -247,7 +248,7 @@ def test_a_user_message_inside_a_turn_is_refused_on_the_command_line(
     assert result.exit_code == 4
     assert result.stderr == (
         "Error: boundary 7 lies inside open turn 2 (started at seq 6); "
-        "nearest valid boundaries: 5, 11\n"
+        "nearest valid boundaries: 5, 11; give --close-turn to fork there and close the turn\n"
     )
     assert result.stdout == ""
 
@@ -295,7 +296,8 @@ def test_a_source_ending_inside_an_open_turn_is_refused_without_at(
     assert result.exit_code == 4
     assert result.stderr == (
         "Error: boundary 13 (the source's last event) lies inside open turn 3 (started at "
-        "seq 12); nearest valid boundaries: 11; last turn/end: 11\n"
+        "seq 12); nearest valid boundaries: 11; last turn/end: 11; give --close-turn to fork "
+        "there and close the turn\n"
     )
     assert tree_digest(root) == before
     ok = lib_fork(root, at=11)
@@ -314,7 +316,8 @@ def test_an_open_first_turn_has_no_boundary_but_an_event_before_it_is_one(
         lib_fork(root)
     assert caught.value.message == (
         "boundary 2 (the source's last event) lies inside open turn 1 (started at seq 1); "
-        "nearest valid boundaries: 0; no turn has ended yet"
+        "nearest valid boundaries: 0; no turn has ended yet; give --close-turn to fork there "
+        "and close the turn"
     )
 
     result = lib_fork(root, at=0)

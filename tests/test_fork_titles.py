@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import log_events, log_lines, run_cli, tree_digest
+from schemakit import check
 
 from dsh_fork import titles
 from dsh_fork.errors import UsageError
@@ -270,6 +271,7 @@ def test_dry_run_shows_the_title_and_writes_nothing(root: Path, clock: Clock) ->
 
     assert text.exit_code == 0 and document.exit_code == 0
     assert '  title: "Fix parser (1)" (the source\'s is "Fix parser")' in text.stdout
+    check("fork", orjson.loads(document.stdout))
     child = orjson.loads(document.stdout)["child"]
     assert (child["title"], child["sourceTitle"]) == ("Fix parser (1)", "Fix parser")
     assert tree_digest(root) == before

@@ -84,6 +84,13 @@ def fork_command(
     keep_title: bool = typer.Option(
         False, "--keep-title", help="Add no title: the child shows the title it inherits."
     ),
+    close_turn: bool = typer.Option(
+        False,
+        "--close-turn",
+        help="Fork at a boundary inside an open turn (--at, --turn, or a source that ends "
+        "inside one) and close the turn in the child as DSH does: an error result per pending "
+        "tool call, step/end, turn/end (forked).",
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -128,6 +135,7 @@ def fork_command(
             workspace=not no_workspace,
             title=title,
             keep_title=keep_title,
+            close_turn=close_turn,
         ),
         where=ctx.root,
     )
@@ -157,6 +165,7 @@ def _render(out: Out, result: ForkResult) -> None:
         rows.append(("inherited inbox", f"canceled: {canceled}"))
     if result.created_at is not None:
         rows.append(("created", when(result.created_at)))
+    _closed_rows(rows, result)
     rows.append(("agents", _agents_line(result)))
     if result.agents is not None:
         verb = "would copy" if result.dry_run else "copied"
@@ -197,6 +206,24 @@ def _title_line(result: ForkResult) -> str:
     if source:
         return f'none added (--keep-title); the source\'s is "{source}"'
     return "none (the source has no title)"
+
+
+def _closed_rows(rows: list[tuple[str, Any]], result: ForkResult) -> None:
+    """What --close-turn appends after the marker: the turn, then one line per tool result."""
+    closed = result.closed_turn
+    if closed is None:
+        if result.close_turn:
+            rows.append(("closed turn", "none (the boundary is not inside a turn)"))
+        return
+    first, last = closed.events[0].seq, closed.events[-1].seq
+    kinds = [f"{len(closed.calls)} tool result{'' if len(closed.calls) == 1 else 's'}"]
+    kinds += [] if closed.step_end_seq is None else ["step/end"]
+    seqs = f"seq {first}" if first == last else f"seqs {first}..{last}"
+    line = f"turn {closed.turn} (started at seq {closed.start_seq}) by {seqs}: "
+    rows.append(("closed turn", line + ", ".join([*kinds, "turn/end (forked)"])))
+    for call in closed.calls:
+        started = "" if call.call_seq is None else f", started at seq {call.call_seq}"
+        rows.append(("", f"{call.call_id}: {call.code}{started}"))
 
 
 def _agents_line(result: ForkResult) -> str:
