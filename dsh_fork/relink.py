@@ -16,7 +16,7 @@ import bisect
 import contextlib
 import os
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -154,16 +154,28 @@ def copy_cut(facts: Facts) -> int | None:
     return facts.event_count if open_turn is None else open_turn.start_seq
 
 
-def belongs(point: ForkPoint, child_id: str, created_at: int, horizon: int | None = None) -> bool:
+def belongs(
+    point: ForkPoint,
+    child_id: str,
+    created_at: int,
+    horizon: int | None = None,
+    catalogued: Container[str] = (),
+) -> bool:
     """Branch membership (semantics §4.2.3): an inherited catalog fact, else createdAt ≤ T.
 
     ``horizon`` replaces T for the children of a farther chain member: what that member
     spawned after the nearer one branched off cannot be on the branch (docs/fork-chains.md).
+    ``catalogued``: the ids the child's parent catalogues anywhere in its log. One of them
+    whose fact is not in the prefix was spawned after the branch point: the createdAt rule is
+    only for a child its parent has no catalog entry for (semantics §1.5), and T says nothing
+    once the prefix ends in events newer than the branch (a fork's title, a later turn).
     """
     if point.cut <= 0:
         return False
     if child_id in point.inherited_catalog_ids:
         return True
+    if child_id in catalogued:
+        return False
     limit = point.last_inherited_time if horizon is None else horizon
     return limit is not None and created_at <= limit
 
@@ -563,12 +575,14 @@ class _Planner:
                 if nearer is not None and nearer.header is not None:
                     horizon = min(horizon, nearer.created_at)
             members: list[_Member] = []
+            catalogued = self._catalogued(source_id) if rank > 0 else _NONE
             for entry in self.kinds.subagents_of(source_id):
                 child_id = entry.id or entry.session_dir.name
                 if entry.error is not None:
                     failures.append(_failure(child_id, entry.error))
                     continue
-                member = _Member(entry, rank, belongs(point, child_id, entry.created_at, horizon))
+                on_branch = belongs(point, child_id, entry.created_at, horizon, catalogued)
+                member = _Member(entry, rank, on_branch)
                 members.append(member)
             ranks.append(members)
         grouping = len(sources) > 1
@@ -576,6 +590,14 @@ class _Planner:
             for member in members:
                 member.readable = member.belongs or grouping
         return ranks
+
+    def _catalogued(self, source_id: str) -> frozenset[str]:
+        """The ids a farther chain member catalogues in its whole log. Its log was read for
+        the kind rule when the chain was followed (the nearer member is a user fork only if
+        this one does not catalogue it), so this reads nothing new."""
+        entry = self.root.entry(source_id)
+        evidence = None if entry is None else self.kinds.evidence(entry)
+        return _NONE if evidence is None else evidence.catalogued
 
     def level(
         self,

@@ -358,3 +358,23 @@ def test_the_plugin_scenario_relinked_then_forked_keeps_all_twelve(root: Path) -
     assert result.agents.unrelated == []
     assert result.agents.skipped == [{"id": "a-open", "reason": "open"}]
     assert subagent_tree(root, "session-C2") == subagent_tree(root, scenario.fork.id)
+
+
+def test_a_fork_of_an_early_fork_copies_nothing_its_ancestor_spawned_later(root: Path) -> None:
+    """The top session spawns its agents after turn 1 and catalogues each of them there. A fork
+    at turn 1's end has none of them; neither has a fork of that fork, although the first
+    fork's own events (its title) are newer than every agent: an agent its parent catalogues
+    outside the inherited prefix is never judged by its createdAt (semantics §1.5)."""
+    top = generated(root).top_level[0]
+    early = fork_session(top, str(root), at=5, child_id="early", agents=True, dry_run=False, env={})
+    assert early.agents is not None and early.agents.copied == []
+    assert early.title is not None  # the fork's own event, stamped now
+
+    again = fork_session(
+        "early", str(root), at=None, child_id="again", agents=True, dry_run=False, env={}
+    )
+
+    assert again.agents is not None
+    assert (again.agents.copied, len(again.agents.unrelated)) == ([], 2)
+    assert subagent_tree(root, "again") == subagent_tree(root, "early") == ()
+    assert_settled(root)
