@@ -432,8 +432,8 @@ def test_ctrl_c_in_relink_all_says_how_far_it_got(
     root.mkdir(parents=True)
 
     def interrupted(ctx: Any, *, dry_run: bool, progress: Any) -> Any:
-        progress(0, 3, "session-a")
-        progress(1, 3, "session-b")
+        progress.stage("agents copied")
+        progress.advance(37)  # counted in agents, not in fork children
         raise KeyboardInterrupt
 
     monkeypatch.setattr("dsh_fork.porcelain.relink_all", interrupted)
@@ -442,8 +442,8 @@ def test_ctrl_c_in_relink_all_says_how_far_it_got(
 
     assert result.exit_code == 130
     assert result.stderr == (
-        "Error: interrupted: 1 of 3 fork children done, 2 remaining; rerun `dsh-fork relink "
-        "--all` to finish (a rerun completes a half-done fork child)\n"
+        "Error: interrupted: 37 agents copied; rerun `dsh-fork relink --all` to finish (a "
+        "rerun completes a half-done fork child)\n"
     )
 
 
