@@ -196,7 +196,11 @@ def list_sessions(
     rows: list[SessionRow] = []
     warnings: list[str] = []
     counted: dict[str, list[int]] = {}  # conversation id: [subagents, copies, bytes]
+    direct: dict[str, list[int]] = {}  # parent id: [forks, agents], by the one rule
     for entry, kind in zip(entries, kinds_of, strict=True):
+        parent = entry.parent
+        if parent is not None and (kind in ("fork", "subagent", "copy") or entry.is_subagent):
+            direct.setdefault(parent, [0, 0])[0 if kind == "fork" else 1] += 1
         owner = owners.get(entry.id) if kind in AGENT_KINDS and entry.id is not None else None
         if owner is not None:
             tally = counted.setdefault(owner, [0, 0, 0])
@@ -223,6 +227,7 @@ def list_sessions(
     for row in rows:
         subagents, copies, agent_bytes = counted.get(row.id, (0, 0, 0))
         row.subagents, row.copies, row.agent_bytes = subagents, copies, agent_bytes
+        row.forks, row.agents = direct.get(row.id, (0, 0))  # a delegation child is no fork
     unreadable = [row for row in rows if row.error is not None]
     if unreadable:
         warnings.append(
@@ -306,7 +311,7 @@ def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | N
     header = entry.header
     listed_id = entry.id
     where = entry.dir_text
-    forks, agents = (0, 0) if listed_id is None else root.counts_of(listed_id)
+    forks = agents = 0  # set by ``list_sessions`` from the kinds of every session
     sizes = entry.sizes
     row = SessionRow(
         listed_id or os.path.basename(where),

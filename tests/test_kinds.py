@@ -285,6 +285,8 @@ def test_list_tree_and_du_call_a_delegation_child_a_subagent(root: Path) -> None
     assert [row.id for row in list_sessions(Root(root), kinds=["fork"]).rows] == ["session-C"]
     conversations = {row.id: row.subagents for row in list_sessions(Root(root)).rows}
     assert conversations == {"session-P": 3, "session-C": 0}  # D counted under P
+    (parent,) = [row for row in list_sessions(Root(root)).rows if row.id == "session-P"]
+    assert (parent.forks, parent.agents) == (1, 3)  # C is its fork, D one of its agents
 
     nodes = {node.id: node.kind for node in lineage(Root(root)).nodes()}
     assert nodes["session-D"] == "subagent" and nodes["session-C"] == "fork"
