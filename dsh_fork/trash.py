@@ -42,7 +42,7 @@ from .errors import (
 from .fsdir import DIR_MODE, DirFd
 from .generations import dir_bytes
 from .ids import now_ms
-from .kinds import header_kind
+from .kinds import KindRule
 from .locking import running
 from .times import iso_ms
 
@@ -443,7 +443,9 @@ def settle(root: Path) -> list[str]:
 # -- trash -----------------------------------------------------------------------------------
 
 
-def _family(root: Root, named: list[SessionEntry], with_forks: bool) -> list[SessionEntry]:
+def _family(
+    root: Root, named: list[SessionEntry], with_forks: bool, kinds: KindRule
+) -> list[SessionEntry]:
     """The named sessions with their subagents and copies (and, with forks, their forks and
     theirs), each once, parents before children."""
     seen: set[str] = set()
@@ -457,7 +459,7 @@ def _family(root: Root, named: list[SessionEntry], with_forks: bool) -> list[Ses
         out.append(entry)
         if entry.id is None:
             continue
-        queue += root.children_of(entry.id)
+        queue += kinds.subagents_of(entry.id)  # a delegation child goes with its parent
         if with_forks:
             queue += root.forks_of(entry.id)
     return out
@@ -478,7 +480,7 @@ def _title(entry: SessionEntry) -> str | None:
     return derive(log.header, log.event_count, log.collected).title
 
 
-def _moved(entry: SessionEntry) -> Moved:
+def _moved(entry: SessionEntry, kinds: KindRule) -> Moved:
     header = entry.header
     session_dir = entry.session_dir
     try:
@@ -487,7 +489,7 @@ def _moved(entry: SessionEntry) -> Moved:
         size = 0
     return Moved(
         entry.id or session_dir.name,
-        None if header is None else header_kind(header),
+        None if header is None else kinds.kind(entry),
         session_dir.parent.name,
         session_dir.name,
         _title(entry),
@@ -525,7 +527,8 @@ def trash(
         if found is None:
             raise SessionNotFound(f"{arg}: not a session of {root_path}", session=arg)
         named.append(found)
-    family = _family(root, named, with_forks)
+    kinds = KindRule(root)  # the one rule: which children are subagents, which forks
+    family = _family(root, named, with_forks, kinds)
     members = {e.dir_text for e in family}
     for one in named:
         parent = one.parent
@@ -564,7 +567,7 @@ def trash(
             "--with-forks trashes them too"
         )
     created = clock()
-    moved = [_moved(e) for e in family]
+    moved = [_moved(e, kinds) for e in family]
     _memberships(root_path, moved)
     trash_path = trash_dir(root_path)
     name = _entry_name(moved[0].id, created)

@@ -353,3 +353,21 @@ def test_list_agents_lists_only_user_forks_under_forks(root: Path) -> None:
 
     assert result.exit_code == 0, result.stderr
     assert [fork["id"] for fork in result.json()["forks"]] == ["session-C"]
+
+
+def test_trash_takes_a_delegation_child_with_its_parent(root: Path) -> None:
+    """D goes with P (its subagent by the rule), named a subagent; C, P's user fork, stays
+    and is named among the forks left in the root."""
+    delegation_root(root)
+
+    result = run_cli("trash", "session-P", "--root", root, "--dry-run", "--json")
+
+    assert result.exit_code == 0, result.stderr
+    document = result.json()
+    assert [(s["id"], s["kind"]) for s in document["sessions"]] == [
+        ("session-P", "root"),
+        ("helper-1", "subagent"),
+        ("helper-2", "subagent"),
+        ("session-D", "subagent"),
+    ]
+    assert document["forksLeft"] == ["session-C"]
