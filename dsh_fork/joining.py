@@ -108,7 +108,9 @@ def join(
     root: Path, requests: Sequence[Request], *, dry_run: bool, clock: ClockMs = now_ms
 ) -> Joined:
     """Place each request in its workspace: one edit of the registry of ``root``'s home for
-    the whole batch (a dry run only reads it)."""
+    the whole batch (a dry run only reads it). Only subagents: the registry is not read."""
+    if all(request.subagent for request in requests):
+        return skipped(requests, SUBAGENT)
     home = registry.home_of(root)
     planned: dict[int, registry.Target] = {}
 
