@@ -276,9 +276,9 @@ def test_rows_come_newest_activity_first_then_by_id(family: Path, filtered: bool
 
 
 def test_iso_times_are_those_of_the_calendar_on_either_path() -> None:
-    """``iso_ms`` formats 1970..9999 from a text kept per minute (a list formats two per row):
-    the same text as ``datetime`` on both sides of every edge and at 20,000 random times
-    (more minutes than the cache keeps), None where no calendar holds."""
+    """``iso_ms`` formats 1970..9999 from ``time.gmtime`` (a list formats two per row) and
+    other times from ``datetime``: the same text as ``datetime`` on both sides of every edge
+    and at 20,000 random times, None where no calendar holds."""
     import random
     from datetime import UTC, datetime
 
