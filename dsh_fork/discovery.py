@@ -719,105 +719,22 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
 odd_generation = _odd_generation
 
 
-SPLIT_MIN_DIRS = 1000
-"""Below this many session dirs a listing is not split: a child and its result cost a few ms."""
-SPLIT_SHARE = 0.48
-"""The child's share of the dirs: a little under half, because the child then pickles and
-sends its entries while the parent waits, and the parent unpacks them. On 100,000 dirs the
-child finished 0.05-0.25 s after the parent at 0.5, and sending took 0.11 s (headers) to
-0.5 s (list rows); 0.48 was the fastest of 0.46, 0.48 and 0.5 for headers, sizes and rows."""
-
-_HeaderFields = tuple[
-    int, str, int, "str | None", "str | None", bool, "str | None", int, "str | None", "int | None"
-]
-"""A validated ``Header`` but its ``raw`` line, which its packed entry carries anyway."""
-_Packed = tuple[
-    str, Names, bytes, "Glance | None", bool, tuple[int, int] | None, _HeaderFields | None
-]
-
-
 def _list_jobs(
     jobs: list[str | SessionEntry], glance: bool, sizes: bool, progress: Progress = SILENT
 ) -> list[SessionEntry | None]:
     """The entry of each job, in order: a dir's listing (``_list_entry``), or the entry of a
-    project dir that could not be listed. A long listing is split with a forked child
-    (``parallel``), which lists and reads the last dirs while this process does the first:
-    the child only reads (never writes, never locks) and its entries are the ones this
-    process would have made, or, if it fails, this process lists its dirs itself."""
+    project dir that could not be listed."""
 
     glancing = _glancing() if glance else None
-
-    def run(part: list[str | SessionEntry], tell: Progress = SILENT) -> list[SessionEntry | None]:
-        entries: list[SessionEntry | None] = []
-        for job in part:
-            entries.append(
-                job if isinstance(job, SessionEntry) else _list_entry(job, glancing, sizes)
-            )
-            tell.advance()
-        if sizes:
-            for entry in entries:
-                if entry is not None and entry.sizes is None:  # not listed: sized alone
-                    entry.sizes = dir_bytes(entry.dir_text)
-        return entries
-
-    if len(jobs) < SPLIT_MIN_DIRS:
-        return run(jobs, progress)
-    from . import parallel
-
-    cut = len(jobs) - int(len(jobs) * SPLIT_SHARE)
-    later = jobs[cut:]
-    child = parallel.start(lambda: [_pack(entry) for entry in run(later)])
-    if child is None:
-        return run(jobs, progress)
-    try:
-        mine = run(jobs[:cut], progress)
-    except BaseException:
-        child.cancel()
-        raise
-    packed = child.result()
-    if not isinstance(packed, list) or len(packed) != len(later):
-        return mine + run(later, progress)
-    progress.advance(len(later))  # the child's share, told when it is back
-    return mine + [_unpack(item) for item in packed]
-
-
-def _pack(entry: SessionEntry | None) -> _Packed | SessionEntry | None:
-    """What a listing child sends for an entry: the common one (a listed dir with a header
-    line, nothing else decided yet but a glance) as a tuple of its header line and names,
-    which costs a fraction of the object's pickling; any other entry whole. A header the
-    child validated (for the fold) is sent as its fields too: rebuilt from them, it costs the
-    parent a tenth of validating the line again."""
-    if entry is None or not entry._listed or entry._error is not None:
-        return entry
-    if entry._dir is not None or entry._generations is not None or entry._raw_fields is not None:
-        return entry
-    line = entry._line
-    fields: _HeaderFields | None = None
-    header = entry._header
-    if line is None and entry.glanced and header is not None:
-        line = header.raw
-        fields = header[:-1]
-    if line is None:
-        return entry
-    return (entry._dir_text, entry._names, line, entry.glance, entry.glanced, entry.sizes, fields)
-
-
-def _unpack(item: _Packed | SessionEntry | None) -> SessionEntry | None:
-    """The entry a listing child sent, as ``_list_entry`` made it: its header line validated
-    on first use, or its header rebuilt from the fields the child validated it to (the same
-    code on the same bytes gives the same value)."""
-    if item is None or isinstance(item, SessionEntry):
-        return item
-    dir_text, names, line, glanced_facts, glanced, sizes, fields = item
-    entry = SessionEntry._from_listing(dir_text, shared(names))  # not one copy per dir
-    if fields is None:
-        entry._line = line
-    else:
-        entry._header = Header(*fields, line)
-    entry.glance = glanced_facts
-    entry.glanced = glanced
-    entry.sizes = sizes
-    return entry
+    entries: list[SessionEntry | None] = []
+    for job in jobs:
+        entries.append(job if isinstance(job, SessionEntry) else _list_entry(job, glancing, sizes))
+        progress.advance()
+    if sizes:
+        for entry in entries:
+            if entry is not None and entry.sizes is None:  # not listed: sized alone
+                entry.sizes = dir_bytes(entry.dir_text)
+    return entries
 
 
 def _raw_value(line: bytes) -> dict[str, object] | None:

@@ -14,7 +14,7 @@ from typing import TypeVar
 import zstandard
 from msgspec import Struct
 
-from . import budget, parallel
+from . import budget
 from .errors import CorruptLog
 from .source import WINDOW_BYTES, FileBytes
 
@@ -56,9 +56,6 @@ Data = bytes | memoryview | FileBytes
 MAX_SCAN_FRAME = MAX_FRAME_PLAINTEXT + (1 << 20)
 """The longest frame a windowed scan reads whole: a frame that decodes within
 ``MAX_FRAME_PLAINTEXT`` is never longer (a raw block adds 3 bytes to 128 KiB)."""
-
-CHILD_SHARE = 0.52
-"""The child's share of the frames (by compressed bytes): the parent also folds the results."""
 
 
 class Frame(Struct, frozen=True):
@@ -435,17 +432,9 @@ def map_frames(
     (``decode_pieces``), so ``then`` holds one piece at a time if it wishes; a defect of such
     a frame is raised while ``then`` reads it.
 
-    ``first_index`` is the index of ``frames[0]`` in the file (for error messages). A large
-    log is split in two: a child process (``parallel``) maps the later frames while this
-    process maps the earlier ones and its caller works on them. ``then`` must depend on its
-    argument only and return picklable values. Whatever the child does not deliver (it could
-    not start, died, or met a defect) is mapped here, in order, so a defect is raised exactly
-    where a sequential pass raises it.
+    ``first_index`` is the index of ``frames[0]`` in the file (for error messages).
     """
-    view = _source(data)
-    if not frames or frames[-1].end - frames[0].start < parallel.SPLIT_MIN_BYTES:
-        return _map_part(view, frames, then, first_index)
-    return _map_split(view, frames, then, first_index)
+    return _map_part(_source(data), frames, then, first_index)
 
 
 def _map_part(
@@ -465,38 +454,6 @@ def _map_part(
             else:
                 yield then((_decode_bounded(view, frame, k, MAX_FRAME_PLAINTEXT, origin),))
             k += 1
-
-
-def _map_split(
-    view: memoryview | FileBytes,
-    frames: Sequence[Frame],
-    then: Callable[[Iterable[bytes]], T],
-    first_index: int,
-) -> Generator[T, None, None]:
-    start = frames[0].start
-    share = (frames[-1].end - start) * (1 - CHILD_SHARE)
-    cut = next((k for k, f in enumerate(frames) if f.start - start >= share), len(frames))
-
-    def later() -> list[T]:
-        done: list[T] = []
-        # A defect ends the child's part; this process maps that frame again and raises.
-        with contextlib.suppress(Exception):
-            for item in _map_part(view, frames[cut:], then, first_index + cut):
-                done.append(item)
-        return done
-
-    child = parallel.start(later)
-    if child is None:
-        yield from _map_part(view, frames, then, first_index)
-        return
-    try:
-        yield from _map_part(view, frames[:cut], then, first_index)
-        delivered: list[T] = child.result() or []
-        yield from delivered
-        rest = cut + len(delivered)
-        yield from _map_part(view, frames[rest:], then, first_index + rest)
-    finally:
-        child.cancel()
 
 
 def decode_torn(data: Data, start: int, index: int = 0, limit: int = MAX_FRAME_PLAINTEXT) -> bytes:

@@ -20,7 +20,6 @@ import orjson
 from msgspec import Struct, field
 
 from . import frames as zframes
-from . import parallel
 from .budget import CHECK_MIN_BYTES, check_line
 from .collector import paused_gc
 from .discovery import Located, locate
@@ -35,7 +34,6 @@ from .records import (
     decode_source_seqs,
     event_of,
     header_version,
-    nonneg_int,
     parse_event,
 )
 from .results import rows
@@ -55,15 +53,6 @@ if TYPE_CHECKING:
     from .turns import TurnSummary
 
 SUMMARY_WIDTH = 80
-SPLIT_SEARCH = 64
-"""Frames past the middle of a large log searched for a turn's start to split the pass at."""
-CHILD_START = 0.46
-"""Where (by compressed bytes) the child's half of a split inspect pass may start: a little
-before the middle, since this process also opens the log before the split and builds the
-report after it (measured at 10 and 100 MB, the two sides then take about the same CPU)."""
-SPLIT_MIN_BYTES = 1 << 20
-"""Below this much compressed data the pass is not split: the pass costs about 35 ms of CPU
-per compressed MiB, a child and its pickled result a few ms."""
 _SPACES = re.compile(r"\s+")
 
 
@@ -411,40 +400,10 @@ def _where(error: CorruptLog, path: Path) -> CorruptLog:
     return CorruptLog(f"{path}: {error.message}", **error.details)
 
 
-def _run_parts(log: FramedLog, whole: _Pass, events: bool) -> None:
-    """One pass over every event, split with a child process on a large log: the child
-    checks the later part from a turn's start while this process checks the earlier part;
-    its result is taken only when it continues this one exactly (else this process checks
-    the later part too), so the report never depends on the split."""
-    count = len(log.pending_frames)
-    plan = _later_part(log)
-    child = None
-    if plan is not None:
-        k, first_seq, turn = plan
-
-        def later() -> _Pass:
-            part = _Pass(
-                Validator(log.header, log.version, next_turn=turn, base=first_seq),
-                Facts(log.header, 0),
-                where=log.where,
-            )
-            part.lines = [] if events else None
-            log.fold_parts(k, count, first_seq, part.chunks, part.fold)
-            return part
-
-        child = parallel.start(later)
-    try:
-        if child is None:
-            log.fold_parts(0, count, 0, whole.chunks, whole.fold)
-        else:
-            log.fold_parts(0, k, 0, whole.chunks, whole.fold)
-            next_seq = whole.chunks[-1].end_seq if whole.chunks else 0
-            part = child.result()
-            if not (isinstance(part, _Pass) and next_seq == first_seq and whole.absorb(part)):
-                log.fold_parts(k, count, next_seq, whole.chunks, whole.fold)
-    finally:
-        if child is not None:
-            child.cancel()
+def _run_parts(log: FramedLog, whole: _Pass) -> None:
+    """One pass over every event (the frames, then the torn tail's kept events); the pass
+    builds the log's index as it goes."""
+    log.fold_parts(0, len(log.pending_frames), 0, whole.chunks, whole.fold)
     whole.run(log.tail_events(whole.chunks[-1].end_seq if whole.chunks else 0, whole.chunks))
     log.adopt_index(whole.chunks)
 
@@ -551,43 +510,6 @@ class _Pass(Struct):
             yield parse_event(line, seq, where=where)
             seq += 1
 
-    def absorb(self, later: _Pass) -> bool:
-        """Continue with a pass over the rest of the log (see ``Validator.absorb``)."""
-        if not self.validator.absorb(later.validator):
-            return False
-        self.facts.extend(later.facts)
-        self.types.update(later.types)
-        self.last_request = later.last_request or self.last_request
-        if self.lines is not None and later.lines is not None:
-            self.lines += later.lines
-        self.chunks += later.chunks
-        return True
-
-
-def _later_part(log: FramedLog) -> tuple[int, int, int] | None:
-    """Where a child may take over a large log: (frame, first seq, turn number) of a frame
-    about the middle that starts with a ``turn/start``, the one point where the checks'
-    state is known without the events before it; None for a small log or none found."""
-    frames = log.pending_frames
-    if not frames or frames[-1].end - frames[0].start < SPLIT_MIN_BYTES:
-        return None
-    middle = frames[0].start + int((frames[-1].end - frames[0].start) * CHILD_START)
-    first = next((k for k, f in enumerate(frames) if f.start >= middle), len(frames))
-    for k in range(first, min(first + SPLIT_SEARCH, len(frames) - 1)):
-        try:
-            plaintext = zframes.decode(log.content, frames[k], k + 1)
-            ev = parse_event(plaintext[: plaintext.find(b"\n")], None)
-        except CorruptLog:
-            return None  # the single pass will name the defect
-        number = _turn_number_of(ev)
-        if ev.type == "turn/start" and number is not None and number > 0:
-            return k, ev.seq, number
-    return None
-
-
-def _turn_number_of(ev: Event) -> int | None:
-    return nonneg_int(ev.data.get("turn")) if isinstance(ev.data, dict) else None
-
 
 def _inspect(located: Located, *, events: bool) -> InspectReport:
     generation = located.generation
@@ -600,7 +522,7 @@ def _inspect(located: Located, *, events: bool) -> InspectReport:
     whole.lines = [] if events else None
     try:
         if isinstance(log, FramedLog) and log.pending_frames:
-            _run_parts(log, whole, events)
+            _run_parts(log, whole)
         else:
             whole.run(log.events())
     except CorruptLog as exc:

@@ -141,8 +141,8 @@ class Chunk(Struct, frozen=True):
 
 
 class FrameIndex(Struct):
-    """Where each seq lives: the chunks in seq order. Built in one pass, in parts (a pass split
-    between processes) or by the parallel summaries of ``build``."""
+    """Where each seq lives: the chunks in seq order. Built in one pass, in parts, or from the
+    frame summaries of ``build``."""
 
     chunks: list[Chunk] = field(default_factory=list)
 
@@ -661,8 +661,7 @@ def _matching_lines(plaintext: bytes, tokens: list[bytes]) -> Iterator[tuple[int
 
 _FrameSummary = tuple[int, int, list[tuple[int, bytes]]]
 """What indexing needs from one frame: (first seq, line count, candidate lines), first seq -1
-when the frame does not hold whole checked lines. Plain values, so that a child process can
-compute and send it."""
+when the frame does not hold whole checked lines."""
 
 
 SUMMARY_PIECE = 1 << 20
@@ -765,7 +764,7 @@ def _index_frames(
     """The chunks of ``frames`` and the events of the types in ``wanted`` (from seq
     ``collect_from`` on: ``open_log``).
 
-    The frames are summarised in two processes (``frames.map_frames``); from the first frame
+    The frames are summarised one by one (``frames.map_frames``); from the first frame
     that does not hold whole lines continuing the seqs (a record split across frames, an empty
     frame, a defect) the rest is read in one pass that groups frames into runs and names the
     first defect.

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Any, Literal
 
 from msgspec import Struct, field
-from msgspec.structs import fields
 
 from .collector import paused_gc
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
@@ -209,133 +207,76 @@ class _Call(Struct):
     resolved: bool = False
 
 
-Merge = Literal["later", "sum", "union", "extend", "any"]
-"""How a field of a later part of the log combines with the earlier part's (``_State``)."""
-
-
 class _State(Struct, eq=False):
-    """State of one concern of the checks; ``absorb`` follows each field's declared rule, the
-    ``Merge`` its type is annotated with (``Annotated[int, "sum"]``)."""
-
-    def absorb(self, later: Self) -> None:
-        for name, rule in merge_rules(type(self)):
-            mine, theirs = getattr(self, name), getattr(later, name)
-            if rule == "later":
-                value = theirs
-            elif rule == "sum":
-                value = mine + theirs
-            elif rule == "any":
-                value = mine or theirs
-            else:  # "union" of sets, "extend" of lists
-                value = mine | theirs if rule == "union" else mine + theirs
-            setattr(self, name, value)
-
-
-@cache
-def merge_rules(group: type[_State]) -> tuple[tuple[str, Merge], ...]:
-    """(field, rule) of every field of a state group: read from the types once per class, and
-    only by a pass that merges (the two-process pass of a large log)."""
-    rules = []
-    for item in fields(group):
-        declared = [m for m in getattr(item.type, "__metadata__", ()) if m in get_args(Merge)]
-        if len(declared) != 1:
-            raise TypeError(f"{group.__name__}.{item.name} declares no single merge rule")
-        rules.append((item.name, declared[0]))
-    return tuple(rules)
+    """State of one concern of the checks."""
 
 
 class _Envelope(_State):
     """Envelope checks: stateless but for the count of events checked (pre-v4 logs)."""
 
-    events: Annotated[int, "sum"] = 0
+    events: int = 0
 
 
 class _Lifecycle(_State):
     """Turns, steps, tool calls, compaction brackets and commands."""
 
-    next_turn: Annotated[int, "later"] = 1
-    open_turn: Annotated[int | None, "later"] = None
-    open_turn_seq: Annotated[int | None, "later"] = None
-    open_step: Annotated[int | None, "later"] = None
-    next_step: Annotated[int, "later"] = 1
-    calls: Annotated[dict[str, _Call], "later"] = field(default_factory=dict)
-    pending: Annotated[int, "later"] = 0
+    next_turn: int = 1
+    open_turn: int | None = None
+    open_turn_seq: int | None = None
+    open_step: int | None = None
+    next_step: int = 1
+    calls: dict[str, _Call] = field(default_factory=dict)
+    pending: int = 0
     """How many advertised calls of the open turn have no result yet."""
-    compaction_open: Annotated[int | None, "later"] = None
-    commands_run: Annotated[set[str], "union"] = field(default_factory=set)
-    commands_done: Annotated[set[str], "union"] = field(default_factory=set)
-    unmatched_done: Annotated[set[str], "union"] = field(default_factory=set)
-    """command/done ids of a later part that name no command/run of that part."""
-    turn_ends: Annotated[int, "sum"] = 0
-
-    def continued_by(self, later: _Lifecycle, start_turn: int) -> bool:
-        """Whether ``later``, started at a turn's start numbered ``start_turn``, assumed
-        exactly this state: between turns, and no command id shared across the parts."""
-        return (
-            self.open_turn is None
-            and self.open_step is None
-            and not self.pending
-            and self.compaction_open is None
-            and self.next_turn == start_turn
-            and not self.commands_run & later.commands_run
-            and not self.commands_run & later.unmatched_done
-            and not self.commands_done & later.commands_done
-        )
+    compaction_open: int | None = None
+    commands_run: set[str] = field(default_factory=set)
+    commands_done: set[str] = field(default_factory=set)
+    turn_ends: int = 0
 
 
 class _Titles(_State):
     """Titles cite earlier human user messages."""
 
-    human_messages: Annotated[set[int], "union"] = field(default_factory=set)
-    cites_before_base: Annotated[bool, "any"] = False
-    """A later part's title cites a seq before the part (it cannot check it)."""
-
-    def continued_by(self, later: _Titles) -> bool:
-        return not later.cites_before_base
+    human_messages: set[int] = field(default_factory=set)
 
 
 class _Catalog(_State):
     """Catalog facts and descriptors, judged once the cut is known."""
 
-    facts: Annotated[list[tuple[int, Any]], "extend"] = field(default_factory=list)
-    descriptors: Annotated[list[tuple[int, str | None]], "extend"] = field(default_factory=list)
+    facts: list[tuple[int, Any]] = field(default_factory=list)
+    descriptors: list[tuple[int, str | None]] = field(default_factory=list)
 
 
 class _Markers(_State):
     """Tagged end-seed markers (the cut, the header's isSeeded) and delivery markers naming
     another session, judged once the cut is known."""
 
-    tagged: Annotated[list[int], "extend"] = field(default_factory=list)
-    foreign_markers: Annotated[list[tuple[int, str]], "extend"] = field(default_factory=list)
+    tagged: list[int] = field(default_factory=list)
+    foreign_markers: list[tuple[int, str]] = field(default_factory=list)
 
 
 class Validator:
     """Streaming checker: ``feed`` every event in seq order, then ``finish``.
 
-    Its state is kept by concern, each group declared below with how two parts of one log
-    combine (``_State``): a validator of a later part is absorbed field by field, never
-    through a hand-kept list. A plain class (not a record): a validator is made once per
-    log, and ``inspect`` imports this module on every run.
+    Its state is kept by concern, each group declared below (``_State``). A plain class (not
+    a record): a validator is made once per log, and ``inspect`` imports this module on every
+    run.
     """
 
-    def __init__(self, header: Header, version: int, next_turn: int = 1, base: int = 0) -> None:
+    def __init__(self, header: Header, version: int) -> None:
         self.header = header
         self.version = version
         self.findings: list[Finding] = []
         self._per_code: dict[str, int] = {}
         self._overflow: dict[str, tuple[Severity, int]] = {}
         self.envelope = _Envelope()
-        self.lifecycle = _Lifecycle(next_turn=next_turn)
+        self.lifecycle = _Lifecycle()
         self.titles = _Titles()
         self.catalog = _Catalog()
         self.markers = _Markers()
         self.finished = False
         self.full = version >= SUPPORTED_VERSION
         """Whether the v4 relationship rules apply (only to v4 logs)."""
-        # A validator of a later part of a log (``base`` > 0, see ``absorb``) records what it
-        # could not know about the events before its part.
-        self.base = base
-        self.start_turn = next_turn
 
     @property
     def turn_ends(self) -> int:
@@ -902,8 +843,6 @@ class Validator:
         life = self.lifecycle
         command_id = data.get("commandId")
         if not isinstance(command_id, str) or command_id not in life.commands_run:
-            if isinstance(command_id, str):
-                life.unmatched_done.add(command_id)
             self._lifecycle(f"command/done {command_id!r} follows no command/run", ev.seq)
         elif command_id in life.commands_done:
             self._lifecycle(f"command/done {command_id} is recorded twice", ev.seq)
@@ -921,8 +860,6 @@ class Validator:
                 self.add("error", "TITLE", "a user title must have empty messageSeqs", ev.seq)
             return
         values = [nonneg_int(s) for s in seqs]
-        if any(v is not None and v < self.base for v in values):
-            self.titles.cites_before_base = True
         if not values:
             self.add("error", "TITLE", "a non-user title must cite user messages", ev.seq)
         elif len(set(values)) != len(values):
@@ -980,31 +917,8 @@ class Validator:
         if session_id != self.header.id:
             self.markers.foreign_markers.append((ev.seq, session_id))
 
-    # -- a log validated in two parts -------------------------------------------------------
-
-    def absorb(self, later: Validator) -> bool:
-        """Continue with ``later``, a validator fed the rest of the log from a turn's start
-        (seq ``later.base``, numbered ``later.start_turn``), when this one's state at the end
-        of its part is what ``later`` assumed and ``later`` never needed an earlier event;
-        then the findings and state are exactly those of one validator fed every event. False
-        (nothing changed) otherwise: the caller feeds the rest to this validator itself.
-        """
-        if self.full and not (
-            self.lifecycle.continued_by(later.lifecycle, later.start_turn)
-            and self.titles.continued_by(later.titles)
-        ):
-            return False
-        for finding in later.findings:
-            self.add(finding.severity, finding.code, finding.message, finding.seq)
-        for code, (severity, extra) in later._overflow.items():
-            self._per_code[code] = self._per_code.get(code, 0) + extra
-            _, mine = self._overflow.get(code, (severity, 0))
-            self._overflow[code] = (severity, mine + extra)
-        for group, later_group in zip(self._groups(), later._groups(), strict=True):
-            group.absorb(later_group)
-        return True
-
     def _groups(self) -> tuple[_State, ...]:
+        """Every concern's state (a test compares two passes by them)."""
         return (self.envelope, self.lifecycle, self.titles, self.catalog, self.markers)
 
     # -- the end ----------------------------------------------------------------------------

@@ -494,8 +494,7 @@ _threads = _SyncThreads()
 @contextlib.contextmanager
 def sync_threads() -> Iterator[None]:
     """Run the batches published inside the block with their fsyncs on a few threads, started
-    once for the block and stopped after it (a process with threads left running can no longer
-    fork the second process that decodes half of a large log, ``parallel.available``)."""
+    once for the block and stopped after it (no thread outlives the block)."""
     if _threads.wanted:
         yield
         return

@@ -14,9 +14,10 @@ import pytest
 from conftest import SHARED
 
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, Ids, generate
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_log_file
 from dsh_fork.fork import fork_session
-from dsh_fork.generations import list_generations
+from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
+from dsh_fork.layout import session_dir
 from dsh_fork.model import derive
 from dsh_fork.reader import open_log
 from dsh_fork.relink import relink
@@ -124,3 +125,34 @@ def generate_oddities(root: Path, *, relinked: bool = True) -> None:
         old_generation=1,
         seed=5,
     )
+
+
+def hostile(root: Path) -> None:
+    """Dirs a listing must name, not skip, beside plain sessions."""
+    clock = Clock()
+    cwd = "/home/ana/hostile"
+
+    def plain(session_id: str) -> Path:
+        spec = SessionSpec(id=session_id, created_at=clock(), cwd=cwd)
+        spec.turn(clock)
+        spec.flush()
+        where = session_dir(root, spec.id, spec.cwd)
+        write_log_file(where / CURRENT_NAME, spec.header_line(), spec.frame_plaintexts())
+        (where / LOCK_NAME).touch()
+        return where
+
+    for k in range(6):
+        plain(f"session-plain-{k}")
+    fifo = plain("session-fifo")
+    (fifo / CURRENT_NAME).unlink()
+    os.mkfifo(fifo / CURRENT_NAME)
+    linked = plain("session-linked")
+    target = linked.parent / "elsewhere.zstd"
+    (linked / CURRENT_NAME).rename(target)
+    (linked / CURRENT_NAME).symlink_to(target)
+    damaged = plain("session-damaged")
+    (damaged / CURRENT_NAME).write_bytes(b"\x28\xb5\x2f\xfd not a frame")
+    future = plain("session-future")
+    (future / "session.v9.jsonl.zstd").write_bytes((future / CURRENT_NAME).read_bytes())
+    (plain("session-empty") / CURRENT_NAME).unlink()
+    (root / "not-a-project").write_bytes(b"a file where a project dir belongs")

@@ -19,8 +19,7 @@ from pathlib import Path
 import cli_launcher
 import pytest
 from conftest import run_cli
-from lineagekit import generate_oddities
-from test_listing_split import hostile
+from lineagekit import generate_oddities, hostile
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import generate

@@ -773,3 +773,23 @@ def test_a_listing_parses_no_header_line_and_each_use_parses_it_once_at_most(
         validated.is_subagent,
         validated.created_at,
     )
+
+
+def test_a_listing_shares_one_names_value_for_every_dir_with_only_the_current_log(
+    tmp_path: Path,
+) -> None:
+    """Nearly every session dir holds just ``session.v4.jsonl.zstd``: its entries all keep the
+    one shared value for that (``generations.CURRENT_ONLY``); a dir with another generation
+    keeps its own."""
+    root = tmp_path / "sessions"
+    clock = Clock()
+    for k in range(6):
+        SessionSpec(id=f"session-{k}", created_at=clock(), cwd="/work/x").publish(root)
+    odd = SessionSpec(id="session-odd", created_at=clock(), cwd="/work/x").publish(root)
+    (odd / "session.v3.jsonl.zstd").write_bytes((odd / CURRENT_NAME).read_bytes())
+    entries = {e.id: e for e in Root(root).entries()}
+    assert all(entries[f"session-{k}"]._names is generations.CURRENT_ONLY for k in range(6))
+    assert [name for _, _, name in entries["session-odd"]._names] == [
+        "session.v3.jsonl.zstd",
+        CURRENT_NAME,
+    ]

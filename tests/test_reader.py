@@ -19,7 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
-from dsh_fork import parallel, reader
+from dsh_fork import reader
 from dsh_fork.errors import CorruptLog, SessionStale, UnsupportedFormat
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.fsdir import open_regular
@@ -535,16 +535,13 @@ BAD_MIDDLE_LINES: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("bad", list(BAD_MIDDLE_LINES.values()), ids=list(BAD_MIDDLE_LINES))
-@pytest.mark.parametrize("before", [0, 30], ids=["one process", "two processes"])
+@pytest.mark.parametrize("before", [0, 30], ids=["first frame", "after 30 frames"])
 def test_a_bad_line_inside_a_copied_frame_makes_fork_refuse_the_log(
-    root: Path, monkeypatch: pytest.MonkeyPatch, bad: Any, before: int
+    root: Path, bad: Any, before: int
 ) -> None:
     """A frame whose first and last lines are sound and the line between them is not: the
-    log is refused (CORRUPT_LOG, exit 9) before fork copies a byte, in whichever process
-    summarises that frame (``before`` one-line frames come first; with 30 the log is split
-    between two processes, the bad frame in the later part)."""
-    if before:
-        monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 64)
+    log is refused (CORRUPT_LOG, exit 9) before fork copies a byte (``before`` one-line
+    frames come first)."""
     frames = [ev(k) for k in range(before)]
     frames.append(ev(before) + bad(before + 1) + b"\n" + ev(before + 2))
     gen = write_raw_log(root, frames)

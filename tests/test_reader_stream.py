@@ -15,7 +15,6 @@ import pytest
 from conftest import log_lines
 
 from dsh_fork import frames as zframes
-from dsh_fork import parallel
 from dsh_fork.errors import CorruptLog, SessionStale
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.fork import fork_session
@@ -84,17 +83,14 @@ SHAPES = {
 @pytest.mark.parametrize("window", [16, 97, 4 << 20], ids=["16B", "97B", "4MiB"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("torn", [False, True], ids=["whole", "torn-tail"])
-@pytest.mark.parametrize("split", [False, True], ids=["one-process", "two-processes"])
 def test_a_log_read_on_demand_is_the_log_read_whole(
-    root: Path, monkeypatch: pytest.MonkeyPatch, window: int, shape: str, torn: bool, split: bool
+    root: Path, monkeypatch: pytest.MonkeyPatch, window: int, shape: str, torn: bool
 ) -> None:
     tail = zframes.encode(ev(4) + ev(5))[:-7] if torn else b""
     gen = raw_log(root, SHAPES[shape], tail)
     whole = open_log(gen, collect=MODEL_TYPES)
     assert isinstance(whole, FramedLog)
     with_window(monkeypatch, window)
-    if split:  # the child reads its frames through the same descriptor
-        monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 64)
     streamed = open_log(gen, collect=MODEL_TYPES, stream=True)
     assert isinstance(streamed, FramedLog) and streamed.source is not None
     assert streamed.data == b""  # the file is never held

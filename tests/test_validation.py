@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
 import pytest
@@ -707,34 +707,3 @@ def test_empty_dir_and_own_catalog_of_check_dir(root: Path, clock: Clock) -> Non
     result = check_dir(spec.publish(root))
     assert result.readable
     assert [(s, d["childId"]) for s, d in result.own_catalog] == [(seq, "session-kid")]
-
-
-def test_every_piece_of_validation_state_says_how_two_parts_combine() -> None:
-    """The two-process pass merges state by each field's declared rule: a field without one
-    would be dropped silently, so none may exist, and every state group takes part."""
-    from typing import get_args
-
-    import msgspec
-
-    from dsh_fork.records import parse_header
-    from dsh_fork.validation import Merge, Validator, _State, merge_rules
-
-    header = parse_header(SessionSpec(id="s", created_at=1).header_line().rstrip(b"\n"), 4)
-    validator = Validator(header, 4)
-    groups = [value for value in vars(validator).values() if isinstance(value, _State)]
-    assert groups == list(validator._groups())
-    for group in groups:
-        rules = dict(merge_rules(type(group)))
-        assert list(rules) == list(group.__struct_fields__)
-        assert set(rules.values()) <= set(get_args(Merge))
-
-    class Undeclared(_State):
-        count: int = 0
-
-    class Twice(_State):
-        count: Annotated[int, "sum", "later"] = 0
-
-    for undeclared in (Undeclared, Twice):
-        with pytest.raises(TypeError, match="declares no single merge rule"):
-            merge_rules(undeclared)
-    assert msgspec.structs.fields(Twice)[0].default == 0

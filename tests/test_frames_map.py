@@ -1,31 +1,21 @@
-"""Frames mapped by two processes, and the one-pass index (the speed work of issue 6).
+"""Frames mapped one by one (``frames.map_frames``), and the one-pass index.
 
-A large log's frames are decoded by this process and a forked child (``frames.map_frames``);
-whatever the split, callers must see exactly what a sequential pass gives them: the same
-values in order, the same defect raised at the same frame, and no child left behind. The size
-threshold is lowered so that small fixture logs take the split path.
+Callers see exactly what a sequential decode gives them: the same values in order, the same
+defect raised at the same frame.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from dsh_fork import frames as zframes
-from dsh_fork import parallel
 from dsh_fork.errors import CorruptLog
 from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.generations import Generation
 from dsh_fork.reader import open_log
-
-
-@pytest.fixture
-def split(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every log of more than a few bytes is split between this process and a child."""
-    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 64)
 
 
 def forty_frames(root: Path, clock: Clock) -> tuple[Generation, list[bytes]]:
@@ -37,27 +27,6 @@ def forty_frames(root: Path, clock: Clock) -> tuple[Generation, list[bytes]]:
         spec.flush()
     session_dir = spec.publish(root)
     return Generation(session_dir / "session.v4.jsonl.zstd", 4, "zstd"), spec.lines
-
-
-def child_pids() -> set[int]:
-    """This process's children, live or not yet reaped (Linux: from /proc)."""
-    me = os.getpid()
-    found: set[int] = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            found.add(int(stat.parent.name))
-    return found
-
-
-@pytest.fixture
-def no_children_left() -> Callable[[], bool]:
-    """Whether every child started since the test began has been reaped."""
-    before = child_pids()
-    return lambda: not (child_pids() - before)
 
 
 def _whole(pieces: Iterable[bytes]) -> tuple[int, bytes]:
@@ -78,32 +47,18 @@ def flip_byte_in_frame(gen: Generation, frame_index: int) -> zframes.Frame:
     return frame
 
 
-def test_the_split_path_is_taken(
-    split: None, root: Path, clock: Clock, no_children_left: Callable[[], bool]
-) -> None:
-    """A child can be started here (two cores, one thread), so the tests below split."""
-    assert parallel.available()
-    child = parallel.start(os.getpid)
-    assert child is not None
-    assert child.result() not in (None, os.getpid())
-    assert no_children_left()
-
-
-def test_mapped_frames_equal_a_sequential_decode(
-    split: None, root: Path, clock: Clock, no_children_left: Callable[[], bool]
-) -> None:
+def test_mapped_frames_equal_a_sequential_decode(root: Path, clock: Clock) -> None:
     gen, lines = forty_frames(root, clock)
     data = gen.path.read_bytes()
     frames = zframes.scan(data).frames[1:]
     mapped = list(zframes.map_frames(data, frames, _whole, 1))
     assert [p for _, p in mapped] == [zframes.decode(data, f, i + 1) for i, f in enumerate(frames)]
     assert b"".join(p for _, p in mapped) == b"".join(lines)
-    assert no_children_left()
 
 
-@pytest.mark.parametrize("damaged", [3, 38])  # a frame of this process's half, of the child's
+@pytest.mark.parametrize("damaged", [3, 38])
 def test_a_damaged_frame_raises_where_a_sequential_pass_raises(
-    split: None, root: Path, clock: Clock, damaged: int, no_children_left: Callable[[], bool]
+    root: Path, clock: Clock, damaged: int
 ) -> None:
     gen, _ = forty_frames(root, clock)
     flip_byte_in_frame(gen, damaged)
@@ -119,32 +74,6 @@ def test_a_damaged_frame_raises_where_a_sequential_pass_raises(
     assert mapped.value.message == sequential.value.message
     assert mapped.value.details == sequential.value.details
     assert len(seen) == damaged - 1  # every frame before the damaged one was delivered
-    assert no_children_left()
-
-
-def test_a_caller_that_stops_early_leaves_no_child(
-    split: None, root: Path, clock: Clock, no_children_left: Callable[[], bool]
-) -> None:
-    gen, _ = forty_frames(root, clock)
-    data = gen.path.read_bytes()
-    mapped = zframes.map_frames(data, zframes.scan(data).frames[1:], _size, 1)
-    next(mapped)
-    mapped.close()
-    assert no_children_left()
-
-
-def test_an_index_built_by_two_processes_equals_one_built_by_one(
-    split: None, root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gen, lines = forty_frames(root, clock)
-    both = open_log(gen, collect=["session/title"])
-    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1 << 40)
-    one = open_log(gen, collect=["session/title"])
-    assert both.event_count == one.event_count == len(lines)
-    assert [(c.first_seq, c.count) for c in both.chunks] == [
-        (c.first_seq, c.count) for c in one.chunks
-    ]
-    assert [ev.raw for ev in both.collected] == [ev.raw for ev in one.collected]
 
 
 # -- the one-pass index of inspect and validation ---------------------------------------------
@@ -186,11 +115,9 @@ def test_a_deferred_index_names_an_empty_line_as_such(tmp_path: Path) -> None:
 # -- every line a fork copies is checked ----------------------------------------------------
 
 
-def test_a_frame_missing_a_line_is_refused_at_open_split_or_not(
-    root: Path, clock: Clock, split: None
-) -> None:
+def test_a_frame_missing_a_line_is_refused_at_open(root: Path, clock: Clock) -> None:
     """A frame keeping its first and last line but losing one between is found by the
-    index pass (whichever process summarises it), not later when a fork copies it."""
+    index pass, not later when a fork copies it."""
     gen, _ = forty_frames(root, clock)
     data = gen.path.read_bytes()
     frames = zframes.scan(data).frames
