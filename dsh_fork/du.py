@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from msgspec import Struct, field
 
-from .collector import keep, paused_gc
+from .collector import paused_gc
 from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
@@ -295,5 +295,4 @@ def disk_usage_of(
 
     forest = lineage_of(scope, session=session, detail=False, hook=hook)
     usage = disk_usage(forest, measured, top=top)
-    keep(forest)  # a process about to leave need not free its 100,000 nodes
     return usage

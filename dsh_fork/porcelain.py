@@ -196,7 +196,6 @@ def list_sessions(
     workspace: str | None = None,
     progress: Progress = SILENT,
 ) -> SessionList:
-    from .collector import keep
     from .discovery import Root
     from .listing import list_sessions as list_root
     from .listing import parse_since
@@ -211,7 +210,6 @@ def list_sessions(
         everything=everything,
         workspace=workspace,
     )
-    keep(root)  # its entries: a process about to leave need not free them
     return listing
 
 

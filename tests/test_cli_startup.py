@@ -58,20 +58,18 @@ def test_app_imported_from_the_entry_module_has_every_command() -> None:
 
 def probe(report: str, *, must_succeed: bool = True) -> str:
     """A run of the console script's ``main`` (that must succeed, unless told otherwise),
-    then ``report`` (an expression over ``sys.modules``) printed on stderr: when ``main``
-    returns, or when it leaves without teardown after a read-only command (``os._exit``)."""
+    then ``report`` (an expression over ``sys.modules``) printed on stderr when ``main``
+    returns or exits."""
     check = "    assert not code, code\n" if must_succeed else ""
     return (
         "import os, sys\n"
         "from dsh_fork.cli.app import main\n"
         "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
-        "leave = os._exit\n"
         "def report(code=0):\n"
         f"    print({report}, file=sys.stderr)\n"
         f"{check}"
         "    sys.stderr.flush()\n"
-        "    leave(code)\n"
-        "os._exit = report\n"
+        "    os._exit(code)\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exit:\n"

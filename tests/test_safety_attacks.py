@@ -368,19 +368,13 @@ def _peak_rss_mb(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], f
     """Run the CLI in a child limited to 700 MB of address space; its peak RSS. That is the
     image's own high-water mark (``VmHWM``): Linux starts ``ru_maxrss`` at the size of the
     process the child was forked from, and a long test run makes that the test process."""
-    code = (  # the peak is written when main returns or leaves at once (``os._exit``)
+    code = (  # the peak is written when main returns or exits
         "import os, runpy, sys\n"
         "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
         "def peak():\n"
         "    with open('/proc/self/status') as status:\n"
         "        kb = next(int(l.split()[1]) for l in status if l.startswith('VmHWM:'))\n"
         "    sys.stderr.write(f'PEAK_RSS_KB={kb}\\n')\n"
-        "leave = os._exit\n"
-        "def report(code):\n"
-        "    peak()\n"
-        "    sys.stderr.flush()\n"
-        "    leave(code)\n"
-        "os._exit = report\n"
         "try:\n"
         "    runpy.run_module('dsh_fork', run_name='__main__')\n"
         "finally:\n"

@@ -55,14 +55,9 @@ def main() -> None:
 
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
-    base.hold_results()
     gc.freeze()  # ... and no collection scans them again
     gc.enable()
-    try:
-        base.app(prog_name="dsh-fork")
-    except SystemExit as exc:
-        base.leave(exc.code)
-        raise
+    base.app(prog_name="dsh-fork")
 
 
 def _version_unwritten(exc: OSError) -> None:

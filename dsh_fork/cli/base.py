@@ -24,7 +24,6 @@ except ImportError:  # pragma: no cover
     import click  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from .. import __version__, faults
-from ..collector import hold_until_exit, holding, keep
 from ..display import safe_text
 from ..errors import (
     BROKEN_PIPE_EXIT,
@@ -121,29 +120,6 @@ def arranged(group: TyperGroup, args: Sequence[str]) -> list[str]:
             if not param.is_flag and not param.count:
                 valued |= opts
     return arrange(args, names, valued)
-
-
-def hold_results() -> None:
-    """Called by the console script only: its process then ends at once when the command
-    does (``leave``), and what a command built is held until then, not freed
-    (``collector.keep``). In-process runs, such as tests, hold nothing and return."""
-    hold_until_exit()
-
-
-def leave(code: object) -> None:
-    """End the console script's process now, the streams flushed and nothing freed: the
-    interpreter's teardown (a tenth of a short fork's run) would only free memory. No command
-    leaves a temp file, lock, thread or child process to finish once it has returned, and
-    what a writer wrote is durable before it returns (a crash at any point is safe too)."""
-    if not holding():
-        return
-    if not isinstance(code, int | None):  # what ``sys.exit(message)`` prints before it exits
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(f"{code}\n")
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed reader: exit 141 was chosen
-            stream.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def _flush() -> None:
@@ -395,8 +371,7 @@ def colour_wanted(terminal: bool) -> bool:
 def _write_json(value: Any) -> None:
     from .jsonout import write_document  # only a command printing JSON pays for its imports
 
-    # the document, freed only if the process does not leave at once
-    keep(write_document(value, sys.stdout.buffer))
+    write_document(value, sys.stdout.buffer)
     sys.stdout.flush()
 
 

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..collector import keep
 from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
@@ -79,5 +78,4 @@ def doctor_command(
         report = run(
             out, lambda: porcelain.doctor(ctx, sessions or None, progress=bar), where=ctx.root
         )
-    keep(ctx, report)
     emit(out, report, render)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..collector import keep
 from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
@@ -121,5 +120,4 @@ def _du(
 
     with meter(out) as bar:
         usage = run(out, lambda: porcelain.du(ctx, session, top=top, progress=bar), where=ctx.root)
-    keep(ctx, usage)
     emit(out, usage, lambda o, u: _render(o, u, exact))

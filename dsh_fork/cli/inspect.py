@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..collector import keep
 from .base import (
     JSON_HELP,
     ROOT_HELP,
@@ -278,5 +277,4 @@ def inspect(
     report = run(
         out, lambda: porcelain.inspect(ctx, session, events=events, turns=turns), where=ctx.root
     )
-    keep(ctx, report)
     emit(out, report, render)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..collector import keep
 from .base import (
     JSON_HELP,
     ROOT_HELP,
@@ -133,5 +132,4 @@ def list_agents(
     tree = run(
         out, lambda: porcelain.list_agents(ctx, session, recursive=recursive), where=ctx.root
     )
-    keep(ctx, tree)
     emit(out, tree, _render)

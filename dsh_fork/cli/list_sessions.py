@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..collector import keep
 from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
@@ -176,5 +175,4 @@ def _list(
             ),
             where=ctx.root,
         )
-    keep(ctx, listing)
     emit(out, listing, lambda o, result: render(o, result, exact))

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..collector import keep
 from .base import (
     JSON_HELP,
     ROOT_HELP,
@@ -128,7 +127,6 @@ def _tree(
             ),
             where=ctx.root,
         )
-    keep(ctx, lineage)
     if fmt is Format.text:
         emit(out, lineage, _render)
         return
