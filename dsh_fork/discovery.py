@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from msgspec import Struct, field
 
-from .collector import paused_gc
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
 from .frames import first_line
 from .fsdir import not_regular, open_regular
@@ -467,8 +466,7 @@ class Root(Struct):
             unlisted: list[SessionEntry] = []
             progress = self.progress or SILENT
             progress.stage("sessions read", len(jobs))
-            with paused_gc():  # entries and headers: no cycle for the collector to walk
-                listed = _list_jobs(jobs, glance, sizes, progress)
+            listed = _list_jobs(jobs, glance, sizes, progress)
             for entry in listed:
                 if entry is None:
                     continue

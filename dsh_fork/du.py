@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 from msgspec import Struct, field
 
-from .collector import paused_gc
 from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
@@ -137,15 +136,14 @@ class DiskUsage(ReadOnly, Struct):
 
     def to_json(self) -> dict[str, Any]:
         limit = self.top
-        with paused_gc():  # a document of plain values: no cycle for the collector to find
-            return {
-                "root": str(self.root),
-                "session": self.session,
-                "total": self.total.to_json(),
-                "projects": rows(self.projects[:limit], Group.to_json),
-                "families": rows(self.families[:limit], Group.to_json),
-                "sessions": rows(self.sessions[:limit], SessionUsage.to_json),
-            }
+        return {
+            "root": str(self.root),
+            "session": self.session,
+            "total": self.total.to_json(),
+            "projects": rows(self.projects[:limit], Group.to_json),
+            "families": rows(self.families[:limit], Group.to_json),
+            "sessions": rows(self.sessions[:limit], SessionUsage.to_json),
+        }
 
 
 def inherited_bytes(log: SessionLog, cut: int) -> int:
@@ -221,8 +219,7 @@ def measure(measured: Measured) -> Callable[[Node, SessionLog], None]:
 def disk_usage(forest: Lineage, measured: Measured, *, top: int | None = None) -> DiskUsage:
     """Sizes of every session of a lineage, grouped by family and by project dir; the seeded
     logs were measured while the lineage was read (``measure``)."""
-    with paused_gc():
-        return _disk_usage(forest, measured, top)
+    return _disk_usage(forest, measured, top)
 
 
 def _largest_first(items: list[_Sized], name: str) -> list[_Sized]:

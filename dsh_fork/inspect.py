@@ -21,7 +21,6 @@ from msgspec import Struct, field
 
 from . import frames as zframes
 from .budget import CHECK_MIN_BYTES, check_line
-from .collector import paused_gc
 from .discovery import Located, locate
 from .errors import CorruptLog, Partial, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
@@ -410,10 +409,7 @@ def _run_parts(log: FramedLog, whole: _Pass) -> None:
 
 def inspect_session(located: Located, *, events: bool) -> InspectReport:
     """Read the chosen generation once and build the report; findings never fail it."""
-    # Every object made here is acyclic; the collector's passes over the millions of parsed
-    # values of a large log would cost a tenth of the run and free nothing.
-    with paused_gc():
-        return _inspect(located, events=events)
+    return _inspect(located, events=events)
 
 
 class _Pass(Struct):

@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from msgspec import Struct, field
 
-from .collector import paused_gc
 from .discovery import Located, Root, SessionEntry
 from .errors import DshForkError
 from .generations import Generation
@@ -187,19 +186,18 @@ class Lineage(ReadOnly, Struct):
         return [node for node in self.nodes() if node.kind == "unreadable"]
 
     def to_json(self) -> dict[str, Any]:
-        with paused_gc():  # a document of plain values: no cycle for the collector to find
-            nodes = list(self.nodes())
-            return {
-                "root": str(self.root),
-                "session": self.session,
-                "counts": _counts(nodes),
-                "tops": [node.path for node in self.tops],
-                "nodes": rows(nodes, Node.to_json),
-                "edges": rows(_edges(nodes), Edge.to_json),
-                "unreadable": [
-                    {"path": n.path, "error": n.error} for n in nodes if n.kind == "unreadable"
-                ],
-            }
+        nodes = list(self.nodes())
+        return {
+            "root": str(self.root),
+            "session": self.session,
+            "counts": _counts(nodes),
+            "tops": [node.path for node in self.tops],
+            "nodes": rows(nodes, Node.to_json),
+            "edges": rows(_edges(nodes), Edge.to_json),
+            "unreadable": [
+                {"path": n.path, "error": n.error} for n in nodes if n.kind == "unreadable"
+            ],
+        }
 
 
 def _counts(nodes: Iterable[Node]) -> dict[str, int]:
@@ -276,11 +274,10 @@ def build_forest(root: Root) -> list[Node]:
     ``parent missing``), when it names itself, or when it is the first (oldest) member of a
     parent cycle (flagged ``cycle``; the edge that closes the cycle is not followed).
     """
-    with paused_gc():  # headers and nodes only: plain data, no cycle to collect
-        nodes = list(map(_node, root.entries()))
-        for key in reversed(_ORDER_KEYS):  # stable sorts, least significant key first: in
-            nodes.sort(key=key)  # ``_order`` with no tuple per node (10 ms of 100,000 nodes)
-        return _place(nodes)
+    nodes = list(map(_node, root.entries()))
+    for key in reversed(_ORDER_KEYS):  # stable sorts, least significant key first: in
+        nodes.sort(key=key)  # ``_order`` with no tuple per node (10 ms of 100,000 nodes)
+    return _place(nodes)
 
 
 def _place(ordered: list[Node]) -> list[Node]:
@@ -530,12 +527,11 @@ def lineage(
     session without relatives is shown from its header alone, so a root of thousands of
     unrelated sessions costs their header frames.
     """
-    with paused_gc():
-        tops = build_forest(root)
-        if session_dir is not None:
-            family = family_of(tops, session_dir)
-            tops = [] if family is None else [family]
-        _enrich(tops, KindRule(root), everyone=detail, hook=hook)
+    tops = build_forest(root)
+    if session_dir is not None:
+        family = family_of(tops, session_dir)
+        tops = [] if family is None else [family]
+    _enrich(tops, KindRule(root), everyone=detail, hook=hook)
     result = Lineage(root.path, session, tops)
     for node in result.unreadable():
         result.warnings.append(f"unreadable session {node.path}: {node.error}")

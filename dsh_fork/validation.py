@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from msgspec import Struct, field
 
-from .collector import paused_gc
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
 from .generations import (
     MAX_SAFE_INTEGER,
@@ -1171,9 +1170,8 @@ def file_findings(log: SessionLog) -> list[Finding]:
 def validate_log(log: SessionLog) -> list[Finding]:
     """Every checklist finding of one opened log (one streaming pass over its events)."""
     validator = Validator(log.header, log.version)
-    with paused_gc():
-        for ev in log.events():
-            validator.feed(ev)
+    for ev in log.events():
+        validator.feed(ev)
     return file_findings(log) + validator.finish()
 
 
@@ -1293,9 +1291,8 @@ def check_dir(session_dir: Path) -> DirCheck:
     try:
         log = open_log(generation, index=False)  # the pass below indexes it: one decode
         validator = Validator(log.header, log.version)
-        with paused_gc():
-            for ev in log.events():
-                validator.feed(ev)
+        for ev in log.events():
+            validator.feed(ev)
     except CorruptLog as exc:
         message = exc.message
         if str(generation.path) not in message:

@@ -48,15 +48,10 @@ def main() -> None:
         except OSError as exc:  # as ``base.Group.main`` ends a run whose output failed
             _version_unwritten(exc)
         return
-    import gc
-
-    gc.disable()  # start-up builds thousands of objects that live as long as the process
     from . import base
 
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
-    gc.freeze()  # ... and no collection scans them again
-    gc.enable()
     base.app(prog_name="dsh-fork")
 
 

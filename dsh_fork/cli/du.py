@@ -102,10 +102,7 @@ def du_command(
       dsh-fork du -h 68a2
       dsh-fork du --bytes | sort -k3 -n
     """
-    from ..collector import paused_gc
-
-    with paused_gc():  # the usage is dropped (on return) before the collector runs again
-        _du(session, top, exact and not human, json_mode, root)
+    _du(session, top, exact and not human, json_mode, root)
 
 
 def _du(

@@ -136,10 +136,7 @@ def list_command(
       dsh-fork list --all --since 7d
       dsh-fork list --kind fork --project /home/me/shop --json
     """
-    from ..collector import paused_gc
-
-    with paused_gc():  # rows and headers hold no cycle: nothing for the collector to walk
-        _list(project, kind, since, everything, exact, json_mode, root, workspace)
+    _list(project, kind, since, everything, exact, json_mode, root, workspace)
 
 
 def _list(

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..collector import keep
 from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
@@ -103,5 +102,4 @@ def search_command(
         ),
         where=ctx.root,
     )
-    keep(ctx, result)
     emit(out, result, render)

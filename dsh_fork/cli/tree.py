@@ -103,10 +103,7 @@ def tree_command(
 
     Example: dsh-fork tree session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --format mermaid
     """
-    from ..collector import paused_gc
-
-    with paused_gc():  # the forest is dropped (on return) before the collector runs again
-        _tree(session, fmt, depth, json_mode, root)
+    _tree(session, fmt, depth, json_mode, root)
 
 
 def _tree(
