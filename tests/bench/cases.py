@@ -77,6 +77,25 @@ def row(
     )
 
 
+def against_floor(
+    bench: Bench, case: str, runs: list[list[Run]], what: str, limit: float | None
+) -> Row:
+    """The row of a case whose runs are (ours, the floor), whole runs: the CPU ratio, judged
+    against ``limit`` (None: reported only)."""
+    ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
+    ratio = ours.cpu / floor.cpu
+    return row(
+        bench,
+        case,
+        cpu(ours),
+        ours,
+        f"{cpu(floor)} ({what})",
+        f"{ratio:.2f}×",
+        "report" if limit is None else f"≤ {limit}×",
+        None if limit is None else ratio <= limit,
+    )
+
+
 # -- shared data ----------------------------------------------------------------------------
 
 
@@ -309,19 +328,7 @@ def inspects(bench: Bench) -> list[Row]:
                 same(bench.floor(big.log)),
             ]
         )
-        ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
-        rows.append(
-            row(
-                bench,
-                case,
-                cpu(ours),
-                ours,
-                f"{cpu(floor)} (read floor)",
-                f"{ours.cpu / floor.cpu:.2f}×",
-                "report",
-                None,
-            )
-        )
+        rows.append(against_floor(bench, case, runs, "read floor", None))
     return rows
 
 
@@ -333,7 +340,6 @@ def empty(folder: Path) -> None:
 def exports(bench: Bench) -> list[Row]:
     """export of the large session (its dir: one log) against the read floor of its log plus
     ``tar`` of the same dir, whole runs."""
-    rows = []
     mbytes = max(LOG_MB[bench.profile][:2])
     big = big_log(bench, mbytes)
     case = f"export, {size_name(mbytes)} log"
@@ -355,21 +361,7 @@ def exports(bench: Bench) -> list[Row]:
         ],
         between=lambda: empty(out),
     )
-    ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
-    ratio = ours.cpu / floor.cpu
-    rows.append(
-        row(
-            bench,
-            case,
-            cpu(ours),
-            ours,
-            f"{cpu(floor)} (read floor + tar)",
-            f"{ratio:.2f}×",
-            "≤ 1.0×",
-            ratio <= 1.0,
-        )
-    )
-    return rows
+    return [against_floor(bench, case, runs, "read floor + tar", 1.0)]
 
 
 def relinks(bench: Bench) -> list[Row]:
@@ -449,24 +441,12 @@ def listings(bench: Bench) -> list[Row]:
         }
         log(f"a root of {total} sessions: {', '.join(commands)} …")
         runs = bench.rounds([same(bench.floor(root)), *map(same, commands.values())])
-        floor = Figures.of(runs[0])
         first = len(rows)
         for command, command_runs in zip(commands, runs[1:], strict=True):
-            ours = Figures.of(command_runs)
+            case = f"{command}, {total} sessions"
+            both = [command_runs, runs[0]]
             goal = ROOT_GOALS.get(command)
-            ratio = ours.cpu / floor.cpu
-            rows.append(
-                row(
-                    bench,
-                    f"{command}, {total} sessions",
-                    cpu(ours),
-                    ours,
-                    f"{cpu(floor)} (read floor of the root)",
-                    f"{ratio:.2f}×",
-                    "report" if goal is None else f"≤ {goal}×",
-                    None if goal is None else ratio <= goal,
-                )
-            )
+            rows.append(against_floor(bench, case, both, "read floor of the root", goal))
         for k in range(first + 1, len(rows)):  # the same rounds: the first row's reading
             rows[k] = replace(rows[k], contention=rows[first].contention)
     return rows
@@ -492,20 +472,9 @@ def relinked(bench: Bench) -> list[Row]:
     root = many_forks(bench, total, forks, 5)
     rows = []
     for command in ("tree", "du"):
-        ours, floor = bench.pair(same(bench.dsh(root, command, "--json")), bench.floor(root))
-        assert floor is not None
-        rows.append(
-            row(
-                bench,
-                f"{command}, {forks} relinked forks",
-                cpu(ours),
-                ours,
-                f"{cpu(floor)} (read floor of the root)",
-                f"{ours.cpu / floor.cpu:.2f}×",
-                "report",
-                None,
-            )
-        )
+        runs = bench.rounds([same(bench.dsh(root, command, "--json")), same(bench.floor(root))])
+        case = f"{command}, {forks} relinked forks"
+        rows.append(against_floor(bench, case, runs, "read floor of the root", None))
     shutil.rmtree(root.parent)
     return rows
 
@@ -561,19 +530,8 @@ def searches(bench: Bench) -> list[Row]:
             runs = bench.rounds(
                 [same(bench.dsh(root, "search", text, "--json")), same(bench.floor(root))]
             )
-            ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
-            ratio = ours.cpu / floor.cpu
             rows.append(
-                row(
-                    bench,
-                    case,
-                    cpu(ours),
-                    ours,
-                    f"{cpu(floor)} (read floor of the root)",
-                    f"{ratio:.2f}×",
-                    "≤ 1.5×" if judged else "report",
-                    ratio <= 1.5 if judged else None,
-                )
+                against_floor(bench, case, runs, "read floor of the root", 1.5 if judged else None)
             )
     return rows
 
