@@ -114,6 +114,18 @@ def test_a_fork_of_a_subagent_joins_its_nearest_listed_ancestors_workspace(
     assert listed(root)["from-agent"] == "project-0"
 
 
+def test_a_fork_of_a_deep_subagent_walks_up_to_the_listed_top(tmp_path: Path) -> None:
+    root = tmp_path / "home" / "sessions"
+    (top,) = generate(root, sessions=1, agents=1, depth=2, workspaces=True).top_level
+    (agent,) = Root(root).children_of(top)
+    (grandchild,) = Root(root).children_of(str(agent.id))
+
+    out = fork_json(root, str(grandchild.id), "--id", "deep", "--no-agents")
+
+    assert out["workspace"]["status"] == "joined"
+    assert listed(root) == {top: "project-0", "deep": "project-0"}
+
+
 def test_a_fork_whose_source_no_workspace_lists_stays_ungrouped(tmp_path: Path) -> None:
     root, (top, _) = home_with_registry(tmp_path)
     doc = doc_of(root)
