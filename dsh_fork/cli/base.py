@@ -61,8 +61,8 @@ Exit codes:
 {_exit_table()}
 `diff --exit-code` alone exits 1 for "the sessions differ", as git's does.
 
-The README's glossary explains the terms the commands use (cut, end-seed marker, own-range
-catalog, path binding, copy, ...)."""
+docs/glossary.md explains the terms the commands use (cut, end-seed marker, own-range
+catalog, path binding, copy, ...); docs/commands/ has a page per command."""
 
 
 class Group(TyperGroup):
