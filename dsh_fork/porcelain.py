@@ -245,7 +245,13 @@ def search(
 
 
 def salvage(
-    ctx: Context, session: str, *, child_id: str | None, title: str | None, dry_run: bool
+    ctx: Context,
+    session: str,
+    *,
+    child_id: str | None,
+    title: str | None,
+    dry_run: bool,
+    close_turn: bool = False,
 ) -> SalvageResult:
     """``salvage``: the readable prefix of a refused log, forked."""
     from .salvage import salvage as salvage_session
@@ -258,6 +264,7 @@ def salvage(
         env=ctx.env,
         oplog_path=ctx.oplog,
         title=title,
+        close_turn=close_turn,
     )
 
 

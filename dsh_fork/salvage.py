@@ -198,8 +198,11 @@ def salvage(
     new_id: IdFactory = new_session_id,
     oplog_path: Path | None = None,
     title: str | None = None,
+    close_turn: bool = False,
 ) -> SalvageResult:
-    """Fork the readable prefix of a log DSH refuses, at its last seq outside an open turn."""
+    """Fork the readable prefix of a log DSH refuses, at its last seq outside an open turn;
+    with ``close_turn`` at its last readable seq, a turn left open there closed in the child
+    as ``fork --close-turn`` closes it."""
     source = locate(source_arg, root_option, env)
     generation = source.generation
     if generation.version < SUPPORTED_VERSION or generation.encoding != "zstd":
@@ -220,13 +223,17 @@ def salvage(
     readable = readable_prefix(generation)
     turns = readable.open(generation, TURN_TYPES)
     facts = derive(turns.header, turns.event_count, turns.collected)
-    boundary = next(
-        (s for s in range(readable.events - 1, -1, -1) if facts.enclosing_turn(s) is None), None
-    )
+    if close_turn and readable.events > 0:
+        boundary: int | None = readable.events - 1
+    else:
+        boundary = next(
+            (s for s in range(readable.events - 1, -1, -1) if facts.enclosing_turn(s) is None),
+            None,
+        )
     if boundary is None:
         raise CorruptLog(
             f"{source.session_dir.name}: no event DSH would read lies outside an open turn "
-            f"({readable.reason}); nothing to salvage",
+            f"({readable.reason}); nothing to salvage without --close-turn",
             path=str(generation.path),
         )
     result = fork(
@@ -241,6 +248,7 @@ def salvage(
         oplog_path=oplog_path or default_oplog_path(root_option, env),
         title=title,
         read_source=readable.open,
+        close_turn=close_turn,
     )
     left = LeftBehind(
         boundary + 1,

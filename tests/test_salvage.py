@@ -121,3 +121,45 @@ def test_a_log_larger_than_salvage_reads_is_refused(
     assert result.exit_code == 2
     assert "more than salvage reads" in result.stderr
     assert tree_digest(root) == before
+
+
+@pytest.mark.parametrize("kind", ["open-turn", "tear", "bad-line"])
+def test_close_turn_keeps_every_readable_event_and_closes_the_turn(root: Path, kind: str) -> None:
+    """The defects that leave a turn open: with --close-turn the child holds every event DSH
+    would read (the good lines of the defect's frame in a frame made anew), then the closers
+    of fork --close-turn after the marker."""
+    top, log, readable, _ = damaged(root, kind)
+    source_before = tree_digest(log.parent)
+    result = run_cli(
+        "salvage", "--root", root, top, "--close-turn", "--id", "session-closed", "--json"
+    )
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    check("salvage", data)
+    assert data["child"]["boundary"] == readable - 1
+    assert data["leftBehind"] == {**data["leftBehind"], "fromSeq": readable, "keptEvents": readable}
+    assert data["leftBehind"]["droppedOpenTurnEvents"] == 0
+    child = list_generations(root / log.parent.parent.name / "session-closed")[-1].path
+    events = log_events(child)
+    assert events[readable]["type"] == "session/end-seed"
+    ends = [e for e in events[readable + 1 :] if e["type"] == "turn/end"]
+    assert [e["data"]["reason"] for e in ends] == [{"kind": "forked"}]
+    assert log_lines(child)[1 : readable + 1] == log_lines_until(log, readable)
+    assert tree_digest(log.parent) == source_before
+
+
+def log_lines_until(log: Path, count: int) -> list[bytes]:
+    """The first ``count`` event lines of a damaged log, read frame by frame up to the
+    defect (the whole log does not decode as one text)."""
+    from dsh_fork import frames as zframes
+
+    data = log.read_bytes()
+    lines: list[bytes] = []
+    pending = b""
+    for k, frame in enumerate(zframes.scan(data).frames[1:], 1):
+        pending += zframes.decode(data, frame, k)
+        *whole, pending = pending.split(b"\n")
+        lines += whole
+        if len(lines) >= count:
+            break
+    return lines[:count]

@@ -31,6 +31,11 @@ def salvage_command(
     title: str | None = typer.Option(
         None, "--title", metavar="TEXT", help="Title the child TEXT (default: as fork names it)."
     ),
+    close_turn: bool = typer.Option(
+        False,
+        "--close-turn",
+        help="Keep every readable event and close a turn left open, as fork --close-turn does.",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Say what would be forked; write nothing."
     ),
@@ -39,7 +44,8 @@ def salvage_command(
 ) -> None:
     """For a log DSH refuses (a seq gap or repeat, a bad line or frame in the middle, a record
     torn mid-log, a second writer's restarted seqs): fork the longest prefix DSH would read,
-    ending outside an open turn, into a new child with the branch's subagents. The source is
+    ending outside an open turn (with --close-turn: all of it, a turn left open closed as
+    fork --close-turn closes it), into a new child with the branch's subagents. The source is
     never changed; the result says what was left behind, from which seq and byte, and why.
     A log DSH reads whole is not salvaged: use fork.
 
@@ -53,7 +59,9 @@ def salvage_command(
     ctx = porcelain.Context.of(root_of(root))
     result = run(
         out,
-        lambda: porcelain.salvage(ctx, session, child_id=child_id, title=title, dry_run=dry_run),
+        lambda: porcelain.salvage(
+            ctx, session, child_id=child_id, title=title, dry_run=dry_run, close_turn=close_turn
+        ),
         where=ctx.root,
     )
     emit(out, result, _render)
