@@ -40,6 +40,7 @@ from .layout import oplog_path as default_oplog_path
 from .locking import SessionLock
 from .model import TURN_TYPES, Facts, OpenTurnInfo, derive
 from .oplog import NO_AGENTS, OpLog
+from .progress import SILENT, Progress
 from .reader import SessionLog, open_log
 from .times import iso_ms
 from .turns import CLOSE_TURN_HINT, open_turn_at
@@ -302,8 +303,10 @@ def fork_session(
     title: str | None = None,
     keep_title: bool = False,
     close_turn: bool = False,
+    progress: Progress = SILENT,
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
+    ``progress`` is told of the sessions read and of the agents the fork copies.
 
     The boundary is a seq (``at``) or the end of a turn (``turn``, as ``inspect --turns``
     numbers them), never both. ``oplog_path`` defaults to the contract's location for
@@ -312,6 +315,7 @@ def fork_session(
     if turn is not None and at is not None:
         raise UsageError("give either --at SEQ or --turn N, not both")
     source = locate(source_arg, root_option, env)
+    source.root.progress = progress
     if turn is not None:
         from .turns import boundary_of_turn
 

@@ -75,6 +75,7 @@ def fork(
     title: str | None = None,
     keep_title: bool = False,
     close_turn: bool = False,
+    progress: Progress = SILENT,
 ) -> ForkResult:
     """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both;
     ``cwd`` moves the child into another workspace, ``drop_inbox`` cancels its inherited
@@ -99,6 +100,7 @@ def fork(
         title=title,
         keep_title=keep_title,
         close_turn=close_turn,
+        progress=progress,
     )
 
 

@@ -1395,6 +1395,7 @@ def relink_new_child(
         new_id=new_id,
         children=len(root.children_of(point.parent_id)),
         workspace=workspace,
+        progress=root.progress or SILENT,
     )
     return summary
 

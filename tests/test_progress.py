@@ -169,3 +169,18 @@ def generate_top(home: Path) -> str:
     from dsh_fork.discovery import Root
 
     return next(e.id for e in Root(home).entries() if e.parent is None and e.id is not None)
+
+
+def test_a_fork_counts_the_agents_it_copies(home: Path) -> None:
+    told = Told()
+    result = porcelain.fork(
+        Context.of(str(home)),
+        generate_top(home),
+        at=None,
+        child_id="the-fork",
+        agents=True,
+        dry_run=False,
+        progress=told,
+    )
+    assert result.child_id == "the-fork"
+    assert told.seen()[-1] == ("agents copied", 2, 2)

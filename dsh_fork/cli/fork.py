@@ -120,25 +120,29 @@ def fork_command(
         fail(out, UsageError(problem))
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
-    result = run(
-        out,
-        lambda: porcelain.fork(
-            ctx,
-            source,
-            at=at,
-            turn=turn,
-            child_id=child_id,
-            agents=not no_agents,
-            dry_run=dry_run,
-            cwd=None if cwd is None else absolute_dir(cwd),
-            drop_inbox=drop_inbox,
-            workspace=not no_workspace,
-            title=title,
-            keep_title=keep_title,
-            close_turn=close_turn,
-        ),
-        where=ctx.root,
-    )
+    from .progress import meter
+
+    with meter(out) as bar:
+        result = run(
+            out,
+            lambda: porcelain.fork(
+                ctx,
+                source,
+                at=at,
+                turn=turn,
+                child_id=child_id,
+                agents=not no_agents,
+                dry_run=dry_run,
+                cwd=None if cwd is None else absolute_dir(cwd),
+                drop_inbox=drop_inbox,
+                workspace=not no_workspace,
+                title=title,
+                keep_title=keep_title,
+                close_turn=close_turn,
+                progress=bar,
+            ),
+            where=ctx.root,
+        )
     emit(out, result, _render)
 
 

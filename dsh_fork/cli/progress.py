@@ -54,6 +54,8 @@ class Meter:
                 transient=True,
             )
             self._bar.start()
+            # shown at once, before the library names its first stage (finding the dirs)
+            self._task = self._bar.add_task("starting", total=None)
         return self
 
     def __exit__(
