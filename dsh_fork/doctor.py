@@ -181,9 +181,12 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 "checked",
                 path=str(project),
             )
+    listed = {entry.session_dir: entry for entry in entries if entry.error is None}
     for session_dir in root.candidate_dirs():
         try:
-            generations = list_generations(session_dir)
+            # a dir the listing read is not listed again: its generations are the entry's
+            known = listed.get(session_dir)
+            generations = list_generations(session_dir) if known is None else known.generations
         except OSError as exc:
             add(
                 "error",
@@ -439,7 +442,7 @@ def doctor(
     progress.stage("sessions checked", len(chosen))
     for entry in chosen:
         progress.advance()
-        check = check_dir(entry.session_dir)
+        check = check_dir(entry.session_dir, entry.generations if entry.error is None else None)
         report.findings.extend(_session_findings(entry, check))
         report.findings.extend(_lineage(root, entry, check, by_id, kinds))
         path = str(entry.generation.path) if entry.generation is not None else None

@@ -1264,9 +1264,12 @@ class DirCheck(Struct, eq=False):
     readable: bool = False
 
 
-def check_dir(session_dir: Path) -> DirCheck:
-    """Open the highest generation and validate it; a read error becomes a finding."""
-    generations = list_generations(session_dir)
+def check_dir(session_dir: Path, generations: list[Generation] | None = None) -> DirCheck:
+    """Open the highest generation and validate it; a read error becomes a finding.
+    ``generations``: the dir's, when its caller has listed it already (doctor's listing of the
+    root), so that the dir is not listed again."""
+    if generations is None:
+        generations = list_generations(session_dir)
     generation = select(generations)
     result = DirCheck(session_dir, generation)
     if generation is None:
