@@ -180,7 +180,7 @@ def fork(
 
     # The catalog facts of the prefix decide which subagents the child's branch holds; fork
     # hands them to relink with the fork point, so relink never re-reads the child it wrote.
-    types = [PRESET_TYPE, titles.TITLE_TYPE]
+    types = [PRESET_TYPE]
     if agents:
         types.append(CATALOG_TYPE)
     if drop_inbox:
@@ -205,7 +205,8 @@ def fork(
     project_dir = root.path / project_dir_name(child_cwd)
     cancels = inbox.cancellations(facts.splices, last) if drop_inbox else None
     # The source's latest title of its whole log, not only of the prefix (dsh-world §2).
-    child_title = titles.fork_title(facts.title, given=given_title, keep=keep_title)
+    source_title = titles.latest_title(log)
+    child_title = titles.fork_title(source_title, given=given_title, keep=keep_title)
     result = ForkResult(
         child_id=child_id,
         path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
@@ -226,7 +227,7 @@ def fork(
         if cancels is None
         else {c["target"]: c["removedCount"] for c in cancels},
         title=child_title,
-        source_title=facts.title,
+        source_title=source_title,
         close_turn=close_turn,
         closed_turn=closed,
     )

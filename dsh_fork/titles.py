@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from .errors import UsageError
+from .reader import SessionLog
 
 TITLE_TYPE = "session/title"
 MAX_TITLE_BYTES = 80
@@ -90,6 +91,15 @@ def _cut(text: str, budget: int) -> str:
         if used > budget:
             return text[:index]
     return text
+
+
+def latest_title(log: SessionLog) -> str | None:
+    """``data.title`` of the log's latest ``session/title`` (None: none, or not a string),
+    read back from the end: a log of a million titles costs the frame holding the last one,
+    never a list of them all."""
+    event = log.last_event((TITLE_TYPE,), log.event_count - 1)
+    title = None if event is None or not isinstance(event.data, dict) else event.data.get("title")
+    return title if isinstance(title, str) else None
 
 
 def given_title(text: str | None, *, keep: bool) -> str | None:

@@ -318,8 +318,8 @@ def test_dry_run_reports_the_closers_and_the_warning_and_writes_nothing(
         "turn/end (forked)"
     )
     assert lines[at + 1 : at + 3] == [
-        "  call_0002_0000: TOOL_OUTCOME_UNKNOWN, started at seq 12",
-        "  call_0002_0001: TOOL_NOT_STARTED",
+        "  result for call_0002_0000: TOOL_OUTCOME_UNKNOWN (it started at seq 12)",
+        "  result for call_0002_0001: TOOL_NOT_STARTED",
     ]
     warning = (
         "1 tool call (call_0002_0000) had started at the boundary: the child records its "

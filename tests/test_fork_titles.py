@@ -158,6 +158,15 @@ def test_the_latest_title_of_the_whole_log_counts_not_the_prefix_s(
     assert child_tail(result)[1:] == [title_event(7, "second (1)")]
 
 
+def test_the_latest_title_is_found_frames_before_the_end(root: Path, clock: Clock) -> None:
+    titled(clock, "old", "newer", after=1).publish(root)  # turn 2 is in a frame of its own
+
+    result = fork(root)
+
+    assert result.source_title == "newer"
+    assert child_tail(result)[1:] == [title_event(15, "newer (1)")]
+
+
 def test_no_title_in_the_source_means_no_title_event(root: Path, clock: Clock) -> None:
     titled(clock).publish(root)
 

@@ -226,8 +226,8 @@ def _closed_rows(rows: list[tuple[str, Any]], result: ForkResult) -> None:
     line = f"turn {closed.turn} (started at seq {closed.start_seq}) by {seqs}: "
     rows.append(("closed turn", line + ", ".join([*kinds, "turn/end (forked)"])))
     for call in closed.calls:
-        started = "" if call.call_seq is None else f", started at seq {call.call_seq}"
-        rows.append(("", f"{call.call_id}: {call.code}{started}"))
+        started = "" if call.call_seq is None else f" (it started at seq {call.call_seq})"
+        rows.append(("", f"result for {call.call_id}: {call.code}{started}"))
 
 
 def _agents_line(result: ForkResult) -> str:
