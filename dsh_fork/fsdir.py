@@ -62,6 +62,17 @@ def not_regular(path: Path | str, mode: int) -> IoError:
     )
 
 
+def hand_over(fd: int, parent: int | str | Path) -> None:
+    """Give a file or dir this run just made to the owner of the dir it was made in, when the
+    run is root's and that dir is a user's: DSH, running as that user, must lock, append to
+    and remove what dsh-fork left in its home (``parent``: the dir's descriptor or path)."""
+    if os.geteuid() != 0:
+        return
+    st = os.fstat(parent) if isinstance(parent, int) else os.stat(parent, follow_symlinks=False)
+    if st.st_uid != 0 or st.st_gid != 0:
+        os.fchown(fd, st.st_uid, st.st_gid)
+
+
 def _is_link(name: str, dir_fd: int | None) -> bool:
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -133,6 +144,12 @@ class DirFd:
         """Create ``name`` 0700; False when it already exists (a link there is refused)."""
         try:
             os.mkdir(name, DIR_MODE, dir_fd=self.fd)
+            if os.geteuid() == 0:
+                made = os.open(name, DIR_FLAGS, dir_fd=self.fd)
+                try:
+                    hand_over(made, self.fd)
+                finally:
+                    os.close(made)
         except FileExistsError:
             return False
         except OSError as exc:
@@ -158,18 +175,31 @@ class DirFd:
                 raise not_regular(path, stat.S_IFIFO) from None
             exc.filename = str(path)
             raise
-        return fd, regular_stat(fd, path)
+        st = regular_stat(fd, path)
+        if flags & os.O_CREAT and st.st_uid == 0:  # made here by root (or root's already)
+            try:
+                hand_over(fd, self.fd)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd, st
 
     def create_file(self, name: str, mode: int = 0o600) -> int:
         """Create a new file of this dir (``O_EXCL``: never an existing name, never through a
         link). What ``O_EXCL`` creates is a new regular file: no ``fstat`` to prove it."""
         try:
-            return os.open(
+            fd = os.open(
                 name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, mode, dir_fd=self.fd
             )
         except OSError as exc:
             exc.filename = str(self.entry(name))
             raise
+        try:
+            hand_over(fd, self.fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def create_unnamed(self, mode: int = 0o600) -> int | None:
         """A new file of this dir that has no name yet (``O_TMPFILE``): nothing of it is seen
@@ -179,12 +209,18 @@ class DirFd:
         if not _unnamed_links():
             return None
         try:
-            return os.open(".", os.O_RDWR | os.O_TMPFILE | FILE_FLAGS, mode, dir_fd=self.fd)
+            fd = os.open(".", os.O_RDWR | os.O_TMPFILE | FILE_FLAGS, mode, dir_fd=self.fd)
         except OSError as exc:
             if exc.errno in _NO_UNNAMED_ERRNOS:
                 return None
             exc.filename = str(self.path)
             raise
+        try:
+            hand_over(fd, self.fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def link_unnamed(self, fd: int, target: str) -> None:
         """Name the unnamed file ``fd`` as ``target`` of this dir: ``linkat`` through the
@@ -244,7 +280,14 @@ def open_regular_stat(
         if exc.errno == errno.ENXIO:
             raise not_regular(path, stat.S_IFIFO) from None
         raise
-    return fd, regular_stat(fd, path)
+    st = regular_stat(fd, path)
+    if flags & os.O_CREAT and st.st_uid == 0:  # the operation log, made by a run as root
+        try:
+            hand_over(fd, Path(path).parent)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd, st
 
 
 class DirChain:

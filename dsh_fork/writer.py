@@ -42,7 +42,7 @@ from .errors import (
     SessionStale,
     UnsupportedFormat,
 )
-from .fsdir import DIR_MODE, DirChain, DirFd
+from .fsdir import DIR_FLAGS, DIR_MODE, DirChain, DirFd, hand_over
 from .generations import CURRENT_NAME, LOCK_NAME, SUPPORTED_VERSION, Generation, parse_name
 from .locking import SessionLock
 from .model import MODEL_TYPES, Facts, facts_of
@@ -175,6 +175,19 @@ def make_private_dirs(path: Path) -> None:
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, DIR_MODE)
+            _hand_over_dir(directory)
+
+
+def _hand_over_dir(directory: Path) -> None:
+    """A dir made by path (the root and its missing parents) goes to its parent's owner
+    when a run as root makes it in a user's home (``fsdir.hand_over``)."""
+    if os.geteuid() != 0:
+        return
+    fd = os.open(directory, DIR_FLAGS)
+    try:
+        hand_over(fd, directory.parent)
+    finally:
+        os.close(fd)
 
 
 def _ensure_root(root: Path, deferred: set[Path] | None) -> None:
@@ -187,6 +200,7 @@ def _ensure_root(root: Path, deferred: set[Path] | None) -> None:
         os.mkdir(root, DIR_MODE)
     except FileExistsError:
         return
+    _hand_over_dir(root)
     faults.done("mkdir", root)
     if deferred is not None:
         deferred.add(root.parent)
