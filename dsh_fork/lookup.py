@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import DshForkError, SessionNotFound, UsageError
+from .errors import DshForkError, IoError, SessionNotFound, UsageError
 from .generations import scan_names
 from .layout import decode_segment, encode_segment
 
@@ -75,7 +75,15 @@ def root_problem(root: Path, *, lookup: str | None = None) -> DshForkError | Non
             hint=ROOT_HINT,
         )
     sessions = root / "sessions"
-    if sessions.is_dir() and not _holds_a_session(root):
+    try:
+        home = sessions.is_dir() and not _holds_a_session(root)
+    except OSError as exc:  # the root cannot be entered: name it, not a path below it
+        return IoError(
+            f"cannot enter the sessions root {root}: {exc.strerror or exc}",
+            path=str(root),
+            errno=exc.errno,
+        )
+    if home:
         return UsageError(
             f"{root} is a DSH home, not a sessions root: did you mean {sessions}?",
             path=str(root),

@@ -198,3 +198,17 @@ def test_dirs_another_user_cannot_read_are_placed_where_they_fail(shared_tree: P
         "Permission denied",
         "Next: run `dsh-fork relink --all`",
     ]
+
+
+@pytest.mark.skipif(not _can_switch_user(), reason="needs root to run commands as another user")
+def test_a_root_another_user_cannot_enter_is_named_itself(shared_tree: Path) -> None:
+    """relink --all on a root the user may not enter: IO_ERROR (11) naming the root, not a
+    path below it that was never asked for."""
+    root = shared_tree
+    os.chown(root, 0, 0)
+    root.chmod(0o700)
+
+    code, out, err = cli_as(NOBODY, "--root", root, "relink", "--all")
+
+    assert (code, out) == (11, "")
+    assert err == f"Error: cannot enter the sessions root {root}: Permission denied\n"
