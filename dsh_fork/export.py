@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import secrets
 import stat
@@ -64,6 +65,7 @@ from .tarstream import STDIN_NAME, Compression, TarWriter
 
 TEMP_SUFFIX = ".dsh-fork.tmp"
 STDOUT = STDIN_NAME
+COPY_PIECE = 1 << 20
 
 
 class LeftOut(Struct):
@@ -255,7 +257,12 @@ class _Walk:
                     continue  # a lineage cycle: followed once
                 seen[child_id] = entry.session_dir
                 project_dirs.add(entry.session_dir.parent)
-                ok = exported and self._member(entry, role, parent)
+                if exported:
+                    ok = self._member(entry, role)
+                else:
+                    message = f"its parent {parent} is left out"
+                    self._leave(child_id, entry.session_dir, "SKIPPED", message)
+                    ok = False
                 queue.append((child_id, ok))
             if not queue:
                 queue = self._unreadable_near(project_dirs, seen)
@@ -268,11 +275,8 @@ class _Walk:
             kids += [(e, "fork") for e in self.root.forks_of(parent)]
         return kids
 
-    def _member(self, entry: SessionEntry, role: Role, parent: str) -> bool:
+    def _member(self, entry: SessionEntry, role: Role) -> bool:
         """Read and write one member; False (and named) when it cannot be read."""
-        if parent in self._left_ids():
-            self._leave(entry.id, entry.session_dir, "SKIPPED", f"its parent {parent} is left out")
-            return False
         if entry.error is not None:
             self._leave(entry.id, entry.session_dir, entry.error.code, entry.error.message)
             return False
@@ -286,9 +290,6 @@ class _Walk:
             self._leave(entry.id, entry.session_dir, error.code, error.message)
             return False
         return True
-
-    def _left_ids(self) -> set[str]:
-        return {item.id for item in self.left_out if item.id is not None}
 
     def _leave(self, session_id: str | None, session_dir: Path, code: str, message: str) -> None:
         self._named.add(str(session_dir))
@@ -393,7 +394,14 @@ def _assemble(
     head.close(end=False)
     handle.flush()
     size = os.fstat(spool.fileno()).st_size
-    copy_range(spool.fileno(), handle.fileno(), 0, size, lambda: _spool_ended(spool))
+    try:
+        fd = handle.fileno()
+    except (AttributeError, io.UnsupportedOperation):
+        spool.seek(0)
+        while piece := spool.read(COPY_PIECE):
+            handle.write(piece)
+    else:
+        copy_range(spool.fileno(), fd, 0, size, lambda: _spool_ended(spool))
     return head.bytes_out + size
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from msgspec import Struct
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .relink import RelinkAllResult, RelinkSummary
     from .salvage import SalvageResult
     from .search import SearchResult
+    from .tarstream import Compression
     from .trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
 
@@ -105,13 +106,29 @@ def fork(
 
 
 def export(
-    ctx: Context, session: str, output: str, *, forks: bool, progress: Progress = SILENT
+    ctx: Context,
+    session: str,
+    output: str,
+    *,
+    forks: bool,
+    skip_unreadable: bool = False,
+    compression: Compression | None = None,
+    stdout: IO[bytes] | None = None,
+    progress: Progress = SILENT,
 ) -> ExportResult:
-    """``export``: the session and its family into one archive."""
+    """``export``: the session and its family into one archive (``-``: ``stdout``)."""
     from .export import export_session
 
     return export_session(
-        session, output, ctx.root_option, forks=forks, env=ctx.env, progress=progress
+        session,
+        output,
+        ctx.root_option,
+        forks=forks,
+        skip_unreadable=skip_unreadable,
+        compression=compression,
+        env=ctx.env,
+        stdout=stdout,
+        progress=progress,
     )
 
 
@@ -124,6 +141,7 @@ def import_bundle(
     dry_run: bool,
     workspace: bool = True,
     progress: Progress = SILENT,
+    compression: Compression | None = None,
 ) -> ImportResult:
     """``import``: verify an archive, then publish its sessions into the root (and their
     workspaces, unless ``workspace`` is false)."""
@@ -135,6 +153,7 @@ def import_bundle(
         new_ids=new_ids,
         cwd=cwd,
         dry_run=dry_run,
+        compression=compression,
         env=ctx.env,
         workspace=workspace,
         progress=progress,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import typer
 
-from .base import ROOT_HELP, SESSION_HELP, Out, app, emit, root_of, run, session_argument
+from ..errors import UsageError
+from .base import ROOT_HELP, SESSION_HELP, Out, app, emit, fail, root_of, run, session_argument
+from .options import FORMAT_HELP, archive_format
 
 if TYPE_CHECKING:
     from ..export import ExportResult
@@ -20,10 +23,19 @@ def export_command(
         "-o",
         "--output",
         metavar="FILE",
-        help="Archive to write: .tar, .tar.gz/.tgz, .tar.xz, .tar.bz2 or .tar.zst.",
+        help="Archive to write: .tar, .tar.gz/.tgz, .tar.xz, .tar.bz2 or .tar.zst; "
+        "- writes it to standard output (a pipe or a file, never a terminal).",
     ),
     forks: bool = typer.Option(
         False, "--forks", help="Also export the session's fork children and their trees."
+    ),
+    skip_unreadable: bool = typer.Option(
+        False,
+        "--skip-unreadable",
+        help="Write what can be read; name the members left out and exit 10 (PARTIAL).",
+    ),
+    format_name: str | None = typer.Option(
+        None, "--format", metavar="FORMAT", help=FORMAT_HELP + " (- defaults to zst)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as one JSON document."),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
@@ -37,10 +49,23 @@ def export_command(
     Examples:
       dsh-fork export session-6f1c8d2e -o family.tar.zst
       dsh-fork export session-6f1c8d2e --forks -o family.tar.gz --json
+      ssh host dsh-fork export session-6f1c8d2e -o - | dsh-fork import -
     """
     from .. import porcelain
 
     out = Out(json_out)
+    compression = archive_format(out, format_name)
+    to_stdout = output == "-"
+    if to_stdout and json_out:
+        fail(out, UsageError("-o - writes the archive to standard output: drop --json"))
+    if to_stdout and sys.stdout.isatty():
+        fail(
+            out,
+            UsageError(
+                "refusing to write an archive to a terminal: pipe it (-o - | ...) "
+                "or redirect it (-o - > FILE)"
+            ),
+        )
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
     from .progress import meter
@@ -48,10 +73,35 @@ def export_command(
     with meter(out) as bar:
         result = run(
             out,
-            lambda: porcelain.export(ctx, session, output, forks=forks, progress=bar),
+            lambda: porcelain.export(
+                ctx,
+                session,
+                output,
+                forks=forks,
+                skip_unreadable=skip_unreadable,
+                compression=compression,
+                stdout=sys.stdout.buffer if to_stdout else None,
+                progress=bar,
+            ),
             where=ctx.root,
         )
-    emit(out, result, _render)
+    emit(out, result, _render_stderr if to_stdout else _render)
+
+
+def _render_stderr(out: Out, result: ExportResult) -> None:
+    """Standard output holds the archive: one summary line goes to stderr instead."""
+    sys.stderr.write(_summary(result) + "\n")
+
+
+def _summary(result: ExportResult) -> str:
+    manifest = result.manifest
+    related = len(manifest.sessions) - 1
+    family = "" if not related else f" and {related} related session" + ("s" * (related > 1))
+    where = "standard output" if str(result.path) == "-" else str(result.path)
+    return (
+        f"Exported {manifest.top}{family} to {where}: {manifest.total_bytes} bytes of logs, "
+        f"archive {result.archive_bytes} bytes ({result.compression})"
+    )
 
 
 def _render(out: Out, result: ExportResult) -> None:

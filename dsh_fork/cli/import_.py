@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
-from .options import absolute_dir
+from .options import FORMAT_HELP, absolute_dir, archive_format
 
 if TYPE_CHECKING:
     from ..importer import ImportResult
@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 @app.command("import", short_help="Verify an archive, then publish its sessions into the root.")
 def import_command(
-    archive: str = typer.Argument(..., metavar="FILE", help="An archive written by export."),
+    archive: str = typer.Argument(
+        ...,
+        metavar="FILE",
+        help="An archive written by export; - reads standard input (a pipe, never a terminal).",
+    ),
     new_ids: bool = typer.Option(
         False, "--new-ids", help="Import as seeded copies under new ids (a second family)."
     ),
@@ -34,6 +38,9 @@ def import_command(
         "--no-workspace",
         help="Leave DSH's workspace registry alone (the sessions show as Ungrouped).",
     ),
+    format_name: str | None = typer.Option(
+        None, "--format", metavar="FORMAT", help=FORMAT_HELP + " (default: from its content)."
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
 ) -> None:
@@ -46,10 +53,12 @@ def import_command(
     Examples:
       dsh-fork import family.tar.zst --dry-run
       dsh-fork import family.tar.zst --new-ids --cwd ~/work/other-project
+      ssh host dsh-fork export session-6f1c8d2e -o - | dsh-fork import -
     """
     from .. import porcelain
 
     out = Out(json_out)
+    compression = archive_format(out, format_name)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
     moved = None if cwd is None else absolute_dir(cwd)
@@ -65,6 +74,7 @@ def import_command(
                 cwd=moved,
                 dry_run=dry_run,
                 workspace=not no_workspace,
+                compression=compression,
                 progress=bar,
             ),
             where=ctx.root,
@@ -78,7 +88,8 @@ def _render(out: Out, result: ImportResult) -> None:
         head = f"Dry run: would import {_sessions(result.count('planned'))}"
     else:
         head = f"Imported {_sessions(result.count('created'))}"
-    out.line(f"{head} of {result.archive}{ids} into {result.root}")
+    source = "standard input" if str(result.archive) == "-" else str(result.archive)
+    out.line(f"{head} of {source}{ids} into {result.root}")
     present, skipped = result.count("present"), result.count("skipped")
     if present:
         out.line(f"  {present} already there from an earlier run of this import")
