@@ -160,7 +160,7 @@ def export(
     created_at = clock()
     mtime = created_at // 1000
     spool_dir = None if to_stdout else target.parent
-    with tempfile.TemporaryFile(dir=spool_dir) as spool:
+    with tempfile.TemporaryFile(dir=spool_dir, buffering=0) as spool:
         logs = TarWriter(spool, kind)
         walk = _Walk(located, forks, logs, mtime, warnings)
         walk.run()

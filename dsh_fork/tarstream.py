@@ -543,21 +543,22 @@ _STORED_WINDOW = 0x38
 _RAW_BLOCK = 128 * 1024
 
 
-def stored_frame(data: bytes | memoryview) -> bytes:
-    """``data`` as one zstd frame of raw blocks (format §5's container, nothing compressed):
-    a log is zstd already, so compressing it again costs CPU time and saves nothing. No
-    checksum: the manifest's sha256 of every log is what import verifies."""
+def stored_frame(data: bytes | memoryview) -> Iterator[bytes | memoryview]:
+    """``data`` as one zstd frame of raw blocks (format §5's container, nothing compressed),
+    in pieces that slice ``data`` rather than copy it: a log is zstd already, so compressing
+    it again costs CPU time and saves nothing. No checksum: the manifest's sha256 of every log
+    is what import verifies."""
     view = memoryview(data)
-    parts = [_ZSTD_MAGIC, bytes((0x00, _STORED_WINDOW))]
+    yield _ZSTD_MAGIC + bytes((0x00, _STORED_WINDOW))
     pos = 0
     while True:
         piece = view[pos : pos + _RAW_BLOCK]
         pos += len(piece)
         last = pos >= len(view)
-        parts.append(((len(piece) << 3) | int(last)).to_bytes(3, "little"))
-        parts.append(bytes(piece))
+        yield ((len(piece) << 3) | int(last)).to_bytes(3, "little")
+        yield piece
         if last:
-            return b"".join(parts)
+            return
 
 
 class _Counted:
@@ -568,7 +569,11 @@ class _Counted:
         self.count = 0
 
     def write(self, data: bytes | memoryview) -> int:
-        self._target.write(data)
+        """All of ``data``: an unbuffered file may take a large write in parts."""
+        view = memoryview(data).cast("B")
+        while view:
+            done = self._target.write(view)
+            view = view[len(view) if done is None else done :]
         self.count += len(data)
         return len(data)
 
@@ -615,7 +620,8 @@ class TarWriter:
         self._put(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
         if stored and self._compression == "zst":
             self._flush_meta()
-            self._out.write(stored_frame(data))
+            for piece in stored_frame(data):
+                self._out.write(piece)
             self._written += len(data)
         else:
             self._put(data)

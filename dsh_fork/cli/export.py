@@ -49,7 +49,7 @@ def export_command(
     Examples:
       dsh-fork export session-6f1c8d2e -o family.tar.zst
       dsh-fork export session-6f1c8d2e --forks -o family.tar.gz --json
-      ssh host dsh-fork export session-6f1c8d2e -o - | dsh-fork import -
+      dsh-fork export session-6f1c8d2e -o - | ssh host dsh-fork import - --new-ids
     """
     from .. import porcelain
 

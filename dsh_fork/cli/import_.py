@@ -53,7 +53,7 @@ def import_command(
     Examples:
       dsh-fork import family.tar.zst --dry-run
       dsh-fork import family.tar.zst --new-ids --cwd ~/work/other-project
-      ssh host dsh-fork export session-6f1c8d2e -o - | dsh-fork import -
+      ssh host dsh-fork export session-6f1c8d2e -o - | dsh-fork import - --new-ids
     """
     from .. import porcelain
 
