@@ -4,7 +4,10 @@ wrapped; sizes as people read them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from conftest import run_cli
 from rich.cells import cell_len
 
 from dsh_fork.cli.tables import (
@@ -82,3 +85,21 @@ def test_a_terminal_too_narrow_for_the_whole_columns_gets_blocks() -> None:
     assert fits(["id", "title"], cells, 100)
     assert not fits(["id", "title"], cells, 60)
     assert list(record_lines(["id", "title", "n"], [long_id, "t", "3"], 80)) == ["title: t · n: 3"]
+
+
+def test_inspect_turns_puts_its_agents_last_and_pads_nothing_to_them(tmp_path: Path) -> None:
+    """A turn that spawned 30 agents: their ids end the row, and no other row is padded to
+    the width of that cell (issue 35)."""
+    root = tmp_path / "sessions"
+    made = run_cli("fixture", root, "--sessions", "1", "--agents", "30", "--turns", "2",
+                   "--seed", "1", "--json")  # fmt: skip
+    top = made.json()["topLevel"][0]
+
+    lines = run_cli("--root", root, "inspect", top, "--turns").stdout.splitlines()
+
+    start = lines.index("Turns: 2")
+    heading, *rows = lines[start + 1 : start + 4]
+    assert heading.split()[-2:] == ["tools", "agents"]
+    spawned = [row for row in rows if "(agent 30)" in row]
+    assert len(spawned) == 1 and len(spawned[0]) > 30 * 40
+    assert all(len(row) < 200 for row in rows if row not in spawned)
