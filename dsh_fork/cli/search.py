@@ -14,11 +14,16 @@ if TYPE_CHECKING:  # the library is imported by the command itself, only when it
 COLUMNS = ("session", "turn", "seq", "role", "snippet")
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def render(out: Out, result: SearchResult) -> None:
     case = "ignoring case" if result.ignore_case else "case-sensitive"
     scope = ", ".join(result.scopes)
     head = (
-        f"{result.total} hits in {result.sessions_with_hits} of {result.searched} sessions "
+        f"{_count(result.total, 'hit')} in {result.sessions_with_hits} of {result.searched} "
+        "sessions "
         f"({case}; in {scope})"
     )
     if not result.hits:

@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # the library is imported by the command itself, only when it
     from ..trash import EmptyResult, Entry, RestoreResult, TrashList, TrashResult
 
 
+def _entries(n: int) -> str:
+    return "1 entry" if n == 1 else f"{n} entries"
+
+
 def _size(value: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if value >= scale:
@@ -66,7 +70,7 @@ def _render_list(out: Out, listing: TrashList) -> None:
         for e in listing.entries
     ]
     out.table(
-        f"{len(listing.entries)} entries in {listing.trash}",
+        f"{_entries(len(listing.entries))} in {listing.trash}",
         ("entry", "trashed", "state", "sessions", "size", "named"),
         rows,
     )
@@ -76,7 +80,7 @@ def _render_empty(out: Out, result: EmptyResult) -> None:
     verb = "would delete" if result.dry_run else "deleted"
     total = sum(e.size for e in result.removed)
     out.line(
-        f"{verb} {len(result.removed)} entries ({_size(total)}) from {result.trash}; "
+        f"{verb} {_entries(len(result.removed))} ({_size(total)}) from {result.trash}; "
         f"{result.kept} kept"
     )
 
