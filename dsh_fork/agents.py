@@ -29,6 +29,7 @@ from .times import iso_ms
 ON_DISK_NOT_CATALOGUED = "on disk, not catalogued"
 CATALOGUED_BY_MIGRATION = "catalogued by DSH's v4 migration"
 CATALOGUED_MISSING = "catalogued, missing on disk"
+UNREADABLE = "unreadable"
 CATALOGUED_OTHER_PARENT = "catalogued, other parent"
 CATALOGUED_NOT_SUBAGENT = "catalogued, not a subagent"
 CREATED_AT_DIFFERS = "createdAt differs"
@@ -70,8 +71,35 @@ class AgentRow(Struct):
             "inPanel": self.in_panel,
             "copyOf": self.copy_of,
             "flags": self.flags,
-            "children": [child.to_json() for child in self.children],
+            "children": [],
         }
+
+
+MAX_JSON_LEVELS = 64
+"""Deepest level of rows nested in a list-agents document; see ``rows_json``."""
+
+
+def rows_json(rows: list[AgentRow]) -> list[dict[str, Any]]:
+    """``to_json`` of ``rows`` and of every row below them, built without recursion and
+    nested down to ``MAX_JSON_LEVELS``: a row deeper than that is a child of the row at that
+    level, in order, with its ``depth`` (1 for the session's own subagents), so the order and
+    the depths still give the tree, and a chain of 10,000 subagents is a document any JSON
+    parser reads (Python's stops near 1,000 levels, orjson at 1,024)."""
+    out: list[dict[str, Any]] = []
+    levels: list[dict[str, Any]] = []  # the latest row of each level, down to the cap
+    stack = [(row, 1) for row in reversed(rows)]
+    while stack:
+        row, depth = stack.pop()
+        made = row.to_json()
+        if depth > MAX_JSON_LEVELS:
+            made["depth"] = depth
+        level = min(depth, MAX_JSON_LEVELS + 1)
+        (out if level == 1 else levels[level - 2]["children"]).append(made)
+        if depth <= MAX_JSON_LEVELS:
+            del levels[depth - 1 :]
+            levels.append(made)
+        stack.extend((child, depth + 1) for child in reversed(row.children))
+    return out
 
 
 class AgentTree(Struct):
@@ -87,7 +115,7 @@ class AgentTree(Struct):
         return {
             "session": self.session,
             "flags": self.flags,
-            "children": [row.to_json() for row in self.children],
+            "children": rows_json(self.children),
             "forks": self.forks,
         }
 
@@ -119,7 +147,7 @@ class _Lister:
 
     def rows(
         self, parent: Header, facts: Facts, source_parent: str | None, where: _Where
-    ) -> list[AgentRow]:
+    ) -> list[_Child]:
         """The union of ``parent``'s children on disk and its own-range catalog (§5.1).
 
         A parent below v4 has no catalog yet: DSH's migration appends a fact for each child in
@@ -154,7 +182,12 @@ class _Lister:
             found = self.root.entry(child_id)
             row = AgentRow(child_id, False, True)
             if found is None:
-                row.flags.append(CATALOGUED_MISSING)
+                refusal = self.root.refusal(child_id)
+                if refusal is None:
+                    row.flags.append(CATALOGUED_MISSING)
+                else:  # on disk, but its dir or log cannot be read: named, not "missing"
+                    row.on_disk = True
+                    row.flags.append(f"{UNREADABLE}: {refusal.message}")
                 self._from_fact(row, fact)
                 children.append(_Child(row, None))
                 continue
@@ -163,9 +196,21 @@ class _Lister:
             children.append(self._child(row, found, fact))
         self._provenance(children, source_parent)
         children.sort(key=lambda c: (c.row.created_at or 0, c.row.id))
-        for child in children:
-            self._descend(child)
-        return [child.row for child in children]
+        return children
+
+    def tree(
+        self, parent: Header, facts: Facts, source_parent: str | None, where: _Where
+    ) -> list[AgentRow]:
+        """``rows`` of ``parent`` and, with ``recursive``, of every child below, depth first
+        in the order of the rows (each child's subtree before its next sibling), with a
+        stack instead of recursion: a 10,000-deep chain of subagents is listed whole."""
+        top = self.rows(parent, facts, source_parent, where)
+        stack = list(reversed(top))
+        while stack:
+            child = stack.pop()
+            below = self._descend(child)
+            stack.extend(reversed(below))
+        return [child.row for child in top]
 
     def _child(self, row: AgentRow, entry: SessionEntry, fact: CatalogEntry | None) -> _Child:
         child = _Child(row, entry)
@@ -244,19 +289,23 @@ class _Lister:
         for child in children:
             child.row.copy_of = matches.get(child.row.id)
 
-    def _descend(self, child: _Child) -> None:
+    def _descend(self, child: _Child) -> list[_Child]:
+        """The children of ``child`` to descend into next (none: a leaf, a cycle, or not
+        ``recursive``); their rows are ``child``'s row's children."""
         row = child.row
         if not row.on_disk or child.header is None or child.facts is None:
-            return
+            return []
         if row.id in self.visited:
             row.flags.append(CYCLE)
-            return
+            return []
         if not self.recursive:
-            return
+            return []
         self.visited.add(row.id)
         assert child.entry is not None and child.entry.generation is not None
         where = _Where(child.entry.generation.version, child.entry.session_dir.parent)
-        row.children = self.rows(child.header, child.facts, row.copy_of, where)
+        below = self.rows(child.header, child.facts, row.copy_of, where)
+        row.children = [kid.row for kid in below]
+        return below
 
 
 class _Where(Struct, frozen=True):
@@ -311,7 +360,7 @@ def list_agents(located: Located, *, recursive: bool) -> AgentTree:
     is_fork = header.is_fork_child and (listed is None or kinds.is_user_fork(listed))
     source_parent = header.parent_session if is_fork else None
     where = _Where(located.generation.version, located.session_dir.parent)
-    rows = lister.rows(header, facts, source_parent, where)
+    rows = lister.tree(header, facts, source_parent, where)
     forks = [
         {"id": entry.id, "createdAt": entry.created_at}
         for entry in root.forks_of(header.id)

@@ -6,6 +6,7 @@ thousand sessions is indexed without decoding any event.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -444,12 +445,17 @@ class Root(Struct):
         place of a project dir that cannot be listed an entry naming it with its error."""
         for project in self.project_dirs():
             base = str(project)
+            if os.path.islink(base):
+                yield _linked(base, "project directory")
+                continue
             try:
-                names = _subdir_names(project)
+                names, links = _subdirs(project)
             except OSError as exc:
                 yield _unlisted(base, exc, "project directory")
                 continue
             yield from _dir_texts(base, names)  # str paths: no Path per session
+            prefix = base if base.endswith(os.sep) else base + os.sep
+            yield from (_linked(prefix + name) for name in links)
 
     def entries(self, *, glance: bool = False, sizes: bool = False) -> list[SessionEntry]:
         """Every session of the root with its header (or the error reading it); cached.
@@ -518,7 +524,27 @@ class Root(Struct):
         if not session_id:
             return []
         segment = encode_segment(session_id)
-        return [project / segment for project in self.project_dirs() if _holds(project / segment)]
+        found = [p / segment for p in self.project_dirs() if not os.path.islink(p)]
+        return [path for path in found if not os.path.islink(path) and _holds(path)]
+
+    def refusal(self, session_id: str) -> DshForkError | None:
+        """Why a dir named for ``session_id`` holds no session that can be read (it cannot be
+        listed, its log is a FIFO, it is a symbolic link), or None when no such dir exists:
+        a session that is there but unreadable is named so, never "no session"."""
+        if not session_id:
+            return None
+        segment = encode_segment(session_id)
+        for project in self.project_dirs():
+            path = str(project / segment)
+            if os.path.islink(str(project)):
+                continue  # named as a linked project dir by every listing
+            if os.path.islink(path):
+                return _linked(path).error
+            if os.path.lexists(path):
+                odd = _odd_generation(path)
+                if odd is not None and odd.error is not None:
+                    return odd.error
+        return None
 
     def exists(self, session_id: str) -> bool:
         return bool(self.dirs_of(session_id))
@@ -526,6 +552,9 @@ class Root(Struct):
     def find(self, session_id: str) -> Path:
         dirs = self.dirs_of(session_id)
         if not dirs:
+            refusal = self.refusal(session_id)
+            if refusal is not None:
+                raise refusal
             raise SessionNotFound(f"no session {session_id!r} in {self.path}", session=session_id)
         if len(dirs) > 1:
             raise SessionNotFound(
@@ -677,6 +706,34 @@ def _subdir_names(project: Path) -> list[str]:
         return []
     with scan:
         return sorted(entry.name for entry in scan if _is_dir(entry))
+
+
+def _subdirs(project: Path) -> tuple[list[str], list[str]]:
+    """``_subdir_names``, and apart the names of the symbolic links to directories: a session
+    or project dir reached through a link is never read (a link may lead out of the root), but
+    named, as every other command refuses it."""
+    try:
+        scan = os.scandir(project)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    names: list[str] = []
+    links: list[str] = []
+    with scan:
+        for entry in scan:
+            if _is_dir(entry):
+                (links if entry.is_symlink() else names).append(entry.name)
+    return sorted(names), sorted(links)
+
+
+def _linked(dir_text: str, what: str = "session directory") -> SessionEntry:
+    """An entry for a dir that is a symbolic link: named with its refusal, never followed."""
+    entry = SessionEntry._from_listing(dir_text, ())
+    entry.error = IoError(
+        f"refusing to read the {what} {dir_text}: it is a symbolic link (never followed)",
+        errno=errno.ELOOP,
+        path=dir_text,
+    )
+    return entry
 
 
 def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> SessionEntry:
@@ -888,6 +945,10 @@ def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = No
         return _located_path(arg, absolute, session_dir, root_option, env)
     root = Root(resolve_root(root_option, env))
     check_root(root.path, lookup=arg)
+    if not root.dirs_of(arg):
+        refusal = root.refusal(arg)
+        if refusal is not None:  # named as unreadable, not as "no session"
+            raise refusal
     session_id = arg if root.dirs_of(arg) else expand_prefix(root.path, arg)
     return _located(root, root.find(session_id))
 

@@ -50,3 +50,26 @@ def counted(count: int, singular: str, plural: str | None = None) -> str:
     """``1 item``, ``2 items``, ``0 items``: a count with its noun in the right number
     (``plural`` when adding an ``s`` is wrong: ``fork children``)."""
     return f"{count} {singular if count == 1 else plural or singular + 's'}"
+
+
+MAX_INDENT_LEVELS = 32
+"""Deepest level text output indents: a chain of 10,000 sessions would indent its last line
+by 20,000 characters (a rich tree's guides by 40,000), and print hundreds of megabytes."""
+
+
+def indent(depth: int, unit: str = "  ") -> str:
+    """The indentation of a row at ``depth``: capped at ``MAX_INDENT_LEVELS``, where a deeper
+    row says its depth instead (``capped_note`` tells the reader once)."""
+    if depth <= MAX_INDENT_LEVELS:
+        return unit * depth
+    return unit * MAX_INDENT_LEVELS + f"[depth {depth}] "
+
+
+def capped_note(deepest: int) -> str | None:
+    """The line a text output adds when it capped some rows' indentation, else None."""
+    if deepest <= MAX_INDENT_LEVELS:
+        return None
+    return (
+        f"indentation capped at {MAX_INDENT_LEVELS} levels: deeper rows say their depth "
+        f"(the deepest is {deepest})"
+    )

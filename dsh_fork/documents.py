@@ -431,6 +431,16 @@ class AgentRow(Struct, rename="camel"):
     turns: int | UnsetType | None = UNSET
     status: str | UnsetType | None = UNSET
     copy_of: str | UnsetType | None = UNSET
+    depth: (
+        Annotated[
+            int,
+            Meta(
+                description="Only on a row deeper than 64 levels (1: the session's own subagents), "
+                "which is then a child of the row at level 64, in order"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class ListAgentsDocument(Document):

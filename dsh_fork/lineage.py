@@ -274,7 +274,8 @@ def build_forest(root: Root) -> list[Node]:
     ``parent missing``), when it names itself, or when it is the first (oldest) member of a
     parent cycle (flagged ``cycle``; the edge that closes the cycle is not followed).
     """
-    nodes = list(map(_node, root.entries()))
+    # the dirs that cannot be listed too (no permission, a link): named, never left out
+    nodes = list(map(_node, [*root.entries(), *root.unlisted()]))
     for key in reversed(_ORDER_KEYS):  # stable sorts, least significant key first: in
         nodes.sort(key=key)  # ``_order`` with no tuple per node (10 ms of 100,000 nodes)
     return _place(nodes)

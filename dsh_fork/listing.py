@@ -183,7 +183,8 @@ def list_sessions(
     reg = registry.load(registry.home_of(root.path))
     listed = None if workspace is None else _listed_by(reg, workspace)
     whole = everything and project is None and not kinds and since is None and listed is None
-    entries = root.entries(glance=whole, sizes=True)
+    # the dirs that cannot be listed too (no permission, a link): rows naming their error
+    entries = [*root.entries(glance=whole, sizes=True), *root.unlisted()]
     rule = KindRule(root)
     progress = root.progress or SILENT
     progress.stage("kinds settled", len(entries))  # a fork's kind may need its parent's log

@@ -4,7 +4,10 @@ Each line is ``{"t": ISO-8601 UTC with ms, "message": ..., "data": {...} | null}
 message names of the peer plugin so existing log readers keep working. The log is a record, not
 part of the operation: failing to write it is a warning, never a failure. It is opened without
 following a symbolic link and without blocking: a link or a FIFO in its place is refused (one
-warning), never appended through or waited on.
+warning), never appended through or waited on. A log with more than one hard link is not
+appended to either (one warning): a backup made with ``cp -al`` shares its inode, and an append
+would change the backup. Copying it on write was not chosen: two runs appending at once could
+each replace the other's copy and lose a line.
 """
 
 from __future__ import annotations
@@ -77,6 +80,13 @@ class OpLog:
             # Never through a link, never blocking on a FIFO, only into a regular file.
             fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
+                links = os.fstat(fd).st_nlink
+                if links > 1:  # a `cp -al` backup shares it: appending would change the backup
+                    raise IoError(
+                        f"{self.path} has {links} hard links (a backup made with `cp -al` "
+                        "shares it); not appended. Copy it without -l to keep logging",
+                        path=str(self.path),
+                    )
                 view = memoryview(line)
                 while view:
                     view = view[os.write(fd, view) :]

@@ -7,10 +7,11 @@ the same text; the rich tree on a terminal is drawn by the command from ``descri
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from msgspec.structs import replace
 
+from .display import capped_note, indent
 from .lineage import Lineage, Node
 
 ROW_WIDTH = 6
@@ -81,16 +82,26 @@ def _below(node: Node) -> int:
     return count
 
 
+def walk(tops: Iterable[Node]) -> Iterator[tuple[Node, int]]:
+    """(node, depth) of the forest in display order, parents before their children, without
+    recursion: a 10,000-deep chain of ``parentSession`` is walked like a flat root."""
+    stack = [(top, 0) for top in reversed(list(tops))]
+    while stack:
+        node, depth = stack.pop()
+        yield node, depth
+        stack.extend((child, depth + 1) for child in reversed(node.children))
+
+
 def plain_lines(lineage: Lineage) -> Iterator[str]:
-    """The forest as indented lines: two spaces per level, each line ``id  description``."""
-
-    def walk(node: Node, depth: int) -> Iterator[str]:
-        yield f"{'  ' * depth}{node.id}  {describe(node)}"
-        for child in node.children:
-            yield from walk(child, depth + 1)
-
-    for top in lineage.tops:
-        yield from walk(top, 0)
+    """The forest as indented lines: two spaces per level (capped: ``display.indent``), each
+    line ``id  description``; a last line says so when the indentation was capped."""
+    deepest = 0
+    for node, depth in walk(lineage.tops):
+        deepest = max(deepest, depth)
+        yield f"{indent(depth)}{node.id}  {describe(node)}"
+    note = capped_note(deepest)
+    if note is not None:
+        yield note
 
 
 def _ids(lineage: Lineage) -> dict[str, str]:

@@ -38,6 +38,7 @@ def __getattr__(name: str) -> typer.Typer:
 
 
 def main() -> None:
+    _standard_streams()
     args = sys.argv[1:]
     if args in (["--version"], ["-V"]) and not os.environ.get(_COMPLETION_VAR):
         from .. import __version__
@@ -53,6 +54,27 @@ def main() -> None:
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
     base.app(prog_name="dsh-fork")
+
+
+def _standard_streams() -> None:
+    """A run started with a standard stream closed (``2>&-``) gets it on the null device, so
+    no file the run opens takes its descriptor (an error line meant for stderr would land in
+    a log). Closed stderr swallows what is written to it: the exit code never depends on
+    whether it is open (Python leaves the stream None, and the first warning ended the run
+    with exit 1). Closed stdout is the null device opened for reading: writing the output
+    fails, and the run ends as any run whose output cannot be written (exit 11)."""
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, mode)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
 
 
 def _version_unwritten(exc: OSError) -> None:

@@ -77,10 +77,68 @@ def _encoded(value: Any) -> bytes:
     as ``\\udXXX`` escapes)."""
     try:
         return orjson.dumps(value, option=_INDENT, default=_listed)
+    except TypeError as exc:
+        if "ecursion" in str(exc):  # nested beyond orjson's 255 levels (a deep agent chain)
+            return _deep(value)
+        import json
+
+        try:
+            return json.dumps(value, indent=2, ensure_ascii=True, default=_listed).encode()
+        except RecursionError:
+            return _deep(value)
+
+
+_END = object()
+
+
+def _leaf(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, default=_listed)
     except TypeError:
         import json
 
-        return json.dumps(value, indent=2, ensure_ascii=True, default=_listed).encode()
+        return json.dumps(value, ensure_ascii=True, default=_listed).encode()
+
+
+def _deep(value: Any) -> bytes:
+    """``value`` as compact JSON, walked with a stack instead of recursion, for a document
+    nested deeper than the encoders go (orjson stops at 255 levels, ``json`` at the
+    interpreter's recursion limit). Compact: indented by two, the 10,000th level of a chain
+    would start 20,000 spaces in, and every line below it too. Written into one buffer:
+    each small encoding is dropped at once (orjson sizes even a short one at a kilobyte or
+    more, and 170,000 of them held in a list took 600 MB)."""
+    parts = bytearray()
+    stack: list[list[Any]] = []  # [items, is an object, items written]
+
+    def start(item: Any) -> None:
+        if isinstance(item, Rows):
+            item = item.listed()
+        if type(item) is dict and item:
+            parts.extend(b"{")
+            stack.append([iter(item.items()), True, 0])
+        elif type(item) in (list, tuple) and item:
+            parts.extend(b"[")
+            stack.append([iter(item), False, 0])
+        else:
+            parts.extend(_leaf(item))
+
+    start(value)
+    while stack:
+        frame = stack[-1]
+        item: Any = next(frame[0], _END)
+        if item is _END:
+            stack.pop()
+            parts += b"}" if frame[1] else b"]"
+            continue
+        if frame[2]:
+            parts += b","
+        frame[2] += 1
+        if frame[1]:
+            key, item = item
+            parts += _leaf(key)
+            parts += b":"
+        start(item)
+    return bytes(parts)
 
 
 def _listed(value: Any) -> Any:

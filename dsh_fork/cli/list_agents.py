@@ -58,10 +58,24 @@ def _cells(row: AgentRow) -> list[Any]:
     ]
 
 
-def _flatten(rows: list[AgentRow], depth: int = 0) -> Iterator[list[Any]]:
-    for row in rows:
-        yield ["  " * depth + row.id, *_cells(row)]
-        yield from _flatten(row.children, depth + 1)
+def _walk(rows: list[AgentRow]) -> Iterator[tuple[AgentRow, int]]:
+    """(row, depth), each row's subtree before its next sibling, without recursion."""
+    stack = [(row, 0) for row in reversed(rows)]
+    while stack:
+        row, depth = stack.pop()
+        yield row, depth
+        stack.extend((child, depth + 1) for child in reversed(row.children))
+
+
+def _flatten(rows: list[AgentRow]) -> Iterator[list[Any]]:
+    from ..display import indent
+
+    for row, depth in _walk(rows):
+        yield [indent(depth) + row.id, *_cells(row)]
+
+
+def _deepest(rows: list[AgentRow]) -> int:
+    return max((depth for _, depth in _walk(rows)), default=0)
 
 
 def _tree(out: Out, tree: AgentTree) -> None:
@@ -82,12 +96,18 @@ def _tree(out: Out, tree: AgentTree) -> None:
             text.append("  [" + "; ".join(row.flags) + "]", style="yellow")
         return text
 
-    def add(node: Tree, rows: list[AgentRow]) -> None:
-        for row in rows:
-            add(node.add(label(row)), row.children)
+    from ..display import MAX_INDENT_LEVELS
 
     top = Tree(Text(tree.session, style="bold"))
-    add(top, tree.children)
+    # Built without recursion; a row deeper than the cap joins the branch at the cap's level.
+    branches = [top]
+    for row, depth in _walk(tree.children):
+        level = min(depth, MAX_INDENT_LEVELS)
+        del branches[level + 1 :]
+        text = label(row)
+        if depth > MAX_INDENT_LEVELS:
+            text = Text(f"[depth {depth}] ", style="dim") + text
+        branches.append(branches[level].add(text))
     out.console.print(top)
 
 
@@ -99,6 +119,12 @@ def _render(out: Out, tree: AgentTree) -> None:
         _tree(out, tree)
     else:
         out.table(f"subagents of {tree.session}{flags}", COLUMNS, _flatten(tree.children))
+    if tree.children:
+        from ..display import capped_note
+
+        note = capped_note(_deepest(tree.children))
+        if note is not None:
+            out.line(note)
     if tree.forks:
         out.line("forks: " + ", ".join(str(fork["id"]) for fork in tree.forks))
 

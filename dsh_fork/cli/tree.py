@@ -34,24 +34,30 @@ def _rich(out: Out, lineage: Lineage) -> None:
     from rich.text import Text
     from rich.tree import Tree
 
-    from ..tree import describe
+    from ..display import MAX_INDENT_LEVELS, capped_note
+    from ..tree import describe, walk
 
-    def label(node: Node) -> Text:
+    def label(node: Node, depth: int) -> Text:
         text = Text()
+        if depth > MAX_INDENT_LEVELS:
+            text.append(f"[depth {depth}] ", style="dim")
         text.append(node.id, style="bold")
         text.append("  " + describe(node), style="yellow" if node.flags else "")
         return text
 
     top = Tree(Text(f"{lineage.root}", style="dim"), guide_style="dim")
-
-    def add(branch: Tree, node: Node) -> None:
-        child = branch.add(label(node))
-        for kid in node.children:
-            add(child, kid)
-
-    for node in lineage.tops:
-        add(top, node)
+    # Built without recursion; a row deeper than the cap joins the branch at the cap's level.
+    branches = [top]
+    deepest = 0
+    for node, depth in walk(lineage.tops):
+        deepest = max(deepest, depth)
+        level = min(depth, MAX_INDENT_LEVELS)
+        del branches[level + 1 :]
+        branches.append(branches[level].add(label(node, depth)))
     out.console.print(top)
+    note = capped_note(deepest)
+    if note is not None:
+        out.line(note)
 
 
 def _summary(lineage: Lineage) -> str:
