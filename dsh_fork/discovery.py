@@ -733,6 +733,7 @@ def _linked(dir_text: str, what: str = "session directory") -> SessionEntry:
         errno=errno.ELOOP,
         path=dir_text,
     )
+    entry.sizes = (0, 0)  # not measured either: the link's target lies anywhere
     return entry
 
 
