@@ -534,16 +534,19 @@ class Root(Struct):
         if not session_id:
             return None
         segment = encode_segment(session_id)
-        for project in self.project_dirs():
+        projects = self.project_dirs()
+        linked = [p for p in projects if os.path.islink(p)]
+        for project in [p for p in projects if p not in linked]:  # the root's own dirs first
             path = str(project / segment)
-            if os.path.islink(str(project)):
-                continue  # named as a linked project dir by every listing
             if os.path.islink(path):
                 return _linked(path).error
             if os.path.lexists(path):
                 odd = _odd_generation(path)
                 if odd is not None and odd.error is not None:
                     return odd.error
+        for project in linked:  # the session lies behind a linked project dir
+            if os.path.lexists(project / segment):
+                return _linked(str(project), "project directory").error
         return None
 
     def exists(self, session_id: str) -> bool:

@@ -204,8 +204,8 @@ def test_a_fork_child_dir_that_is_a_link_out_of_the_root(tree: Path, outside: Pa
 
 
 def test_a_project_dir_that_is_a_link_out_of_the_root(root: Path, tmp_path: Path) -> None:
-    """The source lives (and is read) through a linked project dir; its fork child, which
-    belongs in the same project dir, is not written there."""
+    """The source lives behind a linked project dir: it is neither read nor written through
+    the link (a link may lead out of the root), and the refusal names the link."""
     real = tmp_path / "real-project"
     staging = tmp_path / "staging" / "sessions"
     plugin_scenario(staging, Clock(), children=2)
@@ -217,9 +217,9 @@ def test_a_project_dir_that_is_a_link_out_of_the_root(root: Path, tmp_path: Path
     inspected = run_cli("--root", root, "inspect", SOURCE)
     forked = run_cli("--root", root, "fork", SOURCE, "--id", "session-X")
 
-    assert inspected.exit_code == 0
-    assert forked.exit_code == 2
-    assert forked.stderr == f"Error: refusing to write through the symbolic link {root / PROJECT}\n"
+    refusal = f"refusing to read the project directory {root / PROJECT}: it is a symbolic link"
+    assert inspected.exit_code == 11 and refusal in inspected.stderr, inspected.stderr
+    assert forked.exit_code == 11 and refusal in forked.stderr, forked.stderr
     assert tree_digest(real) == before
 
 
@@ -238,8 +238,13 @@ def test_a_copy_whose_project_dir_is_a_link_fails_as_an_item(root: Path, outside
 
     assert result.exit_code == 10, result.stdout
     failed = result.json()["error"]["failed"]
-    assert [(f["id"], f["code"]) for f in failed] == [("c2", "USAGE")]
-    assert "refusing to write through the symbolic link" in failed[0]["message"]
+    # the linked project dir is named as unreadable, and c2's copy that belongs in it fails
+    assert [(f["id"], f["code"]) for f in failed] == [
+        ("--srv-other--", "IO_ERROR"),
+        ("c2", "USAGE"),
+    ]
+    assert "symbolic link (never followed)" in failed[0]["message"]
+    assert "refusing to write through the symbolic link" in failed[1]["message"]
     copied = result.json()["copied"]
     assert sorted(c["source"] for c in copied) == ["c1", "g1"]
     assert tree_digest(outside) == before
@@ -267,9 +272,12 @@ def test_a_fork_child_reached_through_a_link_is_not_written(
 
     result = run_cli("--root", root, "relink", "session-C")
 
-    if what == "session dir":
-        assert result.exit_code == 2, result.stderr
-        assert result.stderr == f"Error: refusing to write through the symbolic link {target}\n"
+    if what == "session dir":  # not even read through a link
+        assert result.exit_code == 11, result.stderr
+        assert result.stderr == (
+            f"Error: refusing to read the session directory {target}: it is a symbolic link "
+            "(never followed)\n"
+        )
     else:  # a log is not even read through a link
         assert result.exit_code == 11, result.stderr
         assert result.stderr == (
