@@ -31,6 +31,7 @@ from msgspec import Struct, field
 
 from . import faults
 from .discovery import Root, SessionEntry, locate
+from .display import counted
 from .errors import (
     DshForkError,
     IoError,
@@ -563,7 +564,8 @@ def trash(
     )
     if forks_left:
         warnings.append(
-            f"{len(forks_left)} forks stay in the root (whole: a fork holds what it inherited); "
+            f"{counted(len(forks_left), 'fork')} {'stays' if len(forks_left) == 1 else 'stay'} "
+            "in the root (whole: a fork holds what it inherited); "
             "--with-forks trashes them too"
         )
     created = clock()

@@ -122,7 +122,7 @@ def test_a_subagent_alone_a_locked_session_and_a_dry_run_move_nothing(
     dry = run_cli("trash", "--root", root, top, "--dry-run", "--json")
     assert dry.exit_code == 0 and dry.json()["dryRun"] is True
     assert dry.json()["forksLeft"] == [fork]
-    assert "1 forks stay in the root" in dry.stderr
+    assert "1 fork stays in the root" in dry.stderr
     hold_lock(agent.session_dir)
     locked = run_cli("trash", "--root", root, top)
     assert locked.exit_code == 6
