@@ -131,3 +131,15 @@ def test_a_deep_chain_of_subagents_is_counted_under_its_conversation(root: Path)
 
     assert set(rows) == {"session-T"}
     assert rows["session-T"]["subagents"] == 1_200
+
+
+def test_one_conversation_is_counted_in_the_singular(tmp_path: Path) -> None:
+    root = tmp_path / "home" / "sessions"
+    made = run_cli("fixture", root, "--sessions", "1", "--agents", "1")
+    assert made.exit_code == 0, made.stderr
+
+    result = run_cli("--root", root, "list")
+
+    assert result.exit_code == 0
+    first = result.stdout.splitlines()[0]
+    assert first == f"1 conversation (2 sessions; --all lists every one) in {root}"

@@ -73,10 +73,13 @@ def workspace_cell(row: SessionRow) -> str | None:
 
 def _conversations(listing: SessionList) -> str:
     """``9 conversations (117 sessions; --all lists every one)``: what the default hides."""
-    shown = len(listing.rows)
-    if shown == listing.total:
-        return f"{shown} conversations"
-    return f"{shown} conversations ({listing.total} sessions; --all lists every one)"
+    from ..display import counted
+
+    shown = counted(len(listing.rows), "conversation")
+    if len(listing.rows) == listing.total:
+        return shown
+    total = counted(listing.total, "session")
+    return f"{shown} ({total}; --all lists every one)"
 
 
 @app.command(
