@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..display import counted
 from ..errors import UsageError
 from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, iso, root_of, run
 
@@ -20,10 +21,10 @@ def _entries(n: int) -> str:
 
 
 def _size(value: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
+    """Sizes as every table of the tool shows them (binary units, as ``du -h``)."""
+    from .tables import human_size
+
+    return human_size(value)
 
 
 def _sessions(out: Out, entry: Entry, title: str) -> None:
@@ -47,7 +48,7 @@ def _render_trash(out: Out, result: TrashResult) -> None:
     _sessions(
         out,
         entry,
-        f"{verb} {len(entry.sessions)} sessions ({_size(entry.size)}) to {entry.path}",
+        f"{verb} {counted(len(entry.sessions), 'session')} ({_size(entry.size)}) to {entry.path}",
     )
     _registry_line(out, entry, "sessions detached, archived and pinned marks removed")
     if not result.dry_run:
@@ -88,7 +89,11 @@ def _render_empty(out: Out, result: EmptyResult) -> None:
 def _render_restore(out: Out, result: RestoreResult) -> None:
     entry = result.entry
     verb = "would restore" if result.dry_run else "restored"
-    _sessions(out, entry, f"{verb} {len(entry.sessions)} sessions of {entry.name} to {entry.root}")
+    _sessions(
+        out,
+        entry,
+        f"{verb} {counted(len(entry.sessions), 'session')} of {entry.name} to {entry.root}",
+    )
     _registry_line(out, entry, "sessions re-attached, archived and pinned marks back")
 
 
