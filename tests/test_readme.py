@@ -46,3 +46,28 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
         printed += proc.stdout.splitlines()
     missing = [line for line in shown if line not in printed]
     assert missing == []
+
+
+def test_the_dsh_world_example_runs_as_written(tmp_path: Path) -> None:
+    """The section on forks as DSH makes them: the refused in-turn fork exits 4 (OPEN_TURN),
+    the --close-turn fork exits 0, and their stable lines are printed as shown."""
+    text = README.read_text()
+    section = text.split("## Forks as DSH makes them", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    commands = [shlex.split(line) for line in blocks[0].splitlines() if line.startswith("dsh-")]
+    shown = [line for line in blocks[1].strip().splitlines() if not _CHANGING.search(line)]
+    assert len(commands) == 3 and len(shown) >= 4
+    home = tmp_path / "home"
+    env = {**os.environ, "DSH_HOME": str(home)}
+    printed, codes = [], []
+    for words in commands:
+        args = [a.replace("$DSH_HOME", str(home)) for a in words[1:]]
+        proc = subprocess.run(
+            cli_launcher.argv(*args), env=env, capture_output=True, text=True, check=False
+        )
+        codes.append(proc.returncode)
+        printed += proc.stdout.splitlines() + proc.stderr.splitlines()
+    assert codes == [0, 4, 0]
+    assert [line for line in shown if line not in printed] == []
+    workspace = next(line for line in printed if line.startswith("  workspace:"))
+    assert workspace == f"  workspace: joined 'project-0' ({home}/projects/project-0)"
