@@ -87,7 +87,9 @@ def _missing(root: Root, entry: SessionEntry, kinds: KindRule) -> ForkNote | Non
     if generation is None or generation.version < SUPPORTED_VERSION:
         return None
     try:
-        summary = relink(root, entry.session_dir, dry_run=True, unreadable=[], kinds=kinds)
+        summary = relink(
+            root, entry.session_dir, dry_run=True, unreadable=[], kinds=kinds, refresh=False
+        )
     except (DshForkError, OSError):
         return None
     missing = len(summary.copied)

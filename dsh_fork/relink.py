@@ -1412,6 +1412,7 @@ def relink(
     unreadable: list[dict[str, Any]] | None = None,
     kinds: KindRule | None = None,
     progress: Progress = SILENT,
+    refresh: bool = True,
 ) -> RelinkSummary:
     """Copy the subagent trees of C's fork chain under the fork child C (semantics §4).
 
@@ -1422,6 +1423,9 @@ def relink(
     --all (which warns of those no fork claims once); by default found here, and each one
     not part of C's tree is a warning of this summary. ``kinds``: the rule that tells C from a
     delegation child, with what it has read so far (relink --all settles every fork with one).
+    ``refresh=False``: plan against the root's listing as it is, without looking for sessions
+    published since it was made (``doctor``'s dry run judges every fork against the one
+    listing it reports on, and would otherwise walk every project dir again per fork).
     """
     generation = current_generation(fork_child_dir)
     if generation is None:
@@ -1452,7 +1456,8 @@ def relink(
         summary = RelinkSummary(header.id, header.parent_session, dry_run)
         log = OpLog(oplog_path, dry_run=dry_run, clock=clock, warn=summary.warnings.append)
         c_log, c_facts = _read_fork_child(generation, fork_child_dir, lock, summary)
-        summary.unlisted = _refresh(root)  # under C's lock: what a finished run made is listed
+        if refresh:  # under C's lock: what a finished run made is listed
+            summary.unlisted = _refresh(root)
         if unreadable is None:
             unreadable = unreadable_sessions(root, unlisted=summary.unlisted)
         parent_id = c_log.header.parent_session
