@@ -442,7 +442,12 @@ def doctor(
     progress.stage("sessions checked", len(chosen))
     for entry in chosen:
         progress.advance()
-        check = check_dir(entry.session_dir, entry.generations if entry.error is None else None)
+        listed = entry.error is None  # its generations and header as the listing read them
+        check = check_dir(
+            entry.session_dir,
+            entry.generations if listed else None,
+            listed_header=entry.header if listed else None,
+        )
         report.findings.extend(_session_findings(entry, check))
         report.findings.extend(_lineage(root, entry, check, by_id, kinds))
         path = str(entry.generation.path) if entry.generation is not None else None

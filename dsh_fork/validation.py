@@ -1264,10 +1264,17 @@ class DirCheck(Struct, eq=False):
     readable: bool = False
 
 
-def check_dir(session_dir: Path, generations: list[Generation] | None = None) -> DirCheck:
+def check_dir(
+    session_dir: Path,
+    generations: list[Generation] | None = None,
+    *,
+    listed_header: Header | None = None,
+) -> DirCheck:
     """Open the highest generation and validate it; a read error becomes a finding.
     ``generations``: the dir's, when its caller has listed it already (doctor's listing of the
-    root), so that the dir is not listed again."""
+    root), so that the dir is not listed again. ``listed_header``: the header that listing
+    validated from the highest of them, so that it is not read a second time before the log
+    is opened (which reads and checks it once more, as part of the log)."""
     if generations is None:
         generations = list_generations(session_dir)
     generation = select(generations)
@@ -1287,7 +1294,7 @@ def check_dir(session_dir: Path, generations: list[Generation] | None = None) ->
             )
         )
         return result
-    header_finding = _header_finding(generation)
+    header_finding = None if listed_header is not None else _header_finding(generation)
     if header_finding is not None:
         result.findings.append(header_finding)
         return result
