@@ -240,6 +240,20 @@ class DirFd:
     def fsync(self) -> None:
         os.fsync(self.fd)
 
+    def remove_dir(self, child: DirFd) -> bool:
+        """Remove the empty dir ``child`` held open, by its name in this dir, only while that
+        name still leads to it (device and inode): a dir swapped in meanwhile, a link put
+        there, or a dir another process filled is left alone. Whether it was removed."""
+        if self.fd < 0 or child.fd < 0:
+            return False
+        try:
+            if not child.same(self.lstat(child.path.name)):
+                return False
+            os.rmdir(child.path.name, dir_fd=self.fd)
+        except OSError:  # not empty, gone, or not ours to remove: it stays
+            return False
+        return True
+
 
 def require_regular(fd: int, path: Path | str) -> int:
     """``fd`` when it is a regular file; else it is closed and the open refused."""
@@ -294,12 +308,17 @@ class DirChain:
     """root → project dir → session dir, each held open; the one way the writer reaches a
     session dir."""
 
-    __slots__ = ("project", "root", "session")
+    __slots__ = ("made", "project", "root", "session")
 
-    def __init__(self, root: DirFd, project: DirFd, session: DirFd) -> None:
+    def __init__(
+        self, root: DirFd, project: DirFd, session: DirFd, made: tuple[DirFd, ...] = ()
+    ) -> None:
         self.root = root
         self.project = project
         self.session = session
+        self.made = made
+        """The dirs of the chain this run created (the session dir, maybe the project dir):
+        the only ones ``remove_made`` may take away again."""
 
     @property
     def path(self) -> Path:
@@ -342,6 +361,17 @@ class DirChain:
                     "nothing was written through it",
                     path=str(handle.path),
                 )
+
+    def remove_made(self) -> bool:
+        """Take away the dirs this run made (``made``), deepest first, each by its name in
+        its held parent (``DirFd.remove_dir``): a write into them that failed before anything
+        was published leaves nothing behind. The session dir must be empty by then; a
+        project dir that holds anything else stays. Whether everything made is gone."""
+        for handle, parent in ((self.session, self.project), (self.project, self.root)):
+            if handle in self.made and not parent.remove_dir(handle):
+                return False
+        self.made = ()
+        return True
 
     def close(self) -> None:
         for handle in (self.session, self.project, self.root):

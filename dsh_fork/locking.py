@@ -137,6 +137,12 @@ class SessionLock:
             f"{self.session_dir.name}: session.lock kept being replaced", lockPath=str(self.path)
         )
 
+    def file_stat(self) -> os.stat_result:
+        """The held lock file's ``fstat``: its identity, to tell it from a file put in its
+        place."""
+        assert self._fd is not None
+        return os.fstat(self._fd)
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -257,7 +257,7 @@ def draft_prefix(
     """``draft`` from a taken prefix; a run left in its file is reopened here. The draft
     keeps the new dir's chain open (``writer.Draft.dirs``) for its publish to lock through."""
     run = prefix.run.open() if isinstance(prefix.run, RunRef) else prefix.run
-    return _draft(root, seeded, run, prefix.tail, deferred, keep_dirs=True)
+    return _draft(root, seeded, run, prefix.tail, deferred)
 
 
 def draft(
@@ -270,7 +270,7 @@ def draft(
     parents are fsynced by the caller (``writer.sync_dirs``) before anything refers to them.
     """
     run, _, cut_lines = source.prefix_run(seeded.inherited - 1)
-    return _draft(root, seeded, run, cut_lines, deferred, keep_dirs=False)
+    return _draft(root, seeded, run, cut_lines, deferred)
 
 
 def _draft(
@@ -279,14 +279,9 @@ def _draft(
     run: bytes | memoryview | FileRun,
     cut_lines: bytes,
     deferred: set[Path] | None,
-    *,
-    keep_dirs: bool,
 ) -> writer.Draft:
     body = writer.Body(frames=[run] if run else [], tail=cut_lines + seeded.own_lines())
     where = (root.path, project_dir_name(seeded.cwd), encode_segment(seeded.session_id))
-    if not keep_dirs:
-        session_dir = writer.ensure_session_dir(*where, deferred=deferred)
-        return writer.Draft(session_dir, seeded.header_line(), body)
     dirs, fresh = writer.open_session_dir(*where, deferred=deferred)
     return writer.Draft(dirs.path, seeded.header_line(), body, dirs=dirs, fresh=fresh)
 
@@ -311,6 +306,6 @@ def write(
 ) -> writer.Published:
     """Publish the session (``draft``) and register it in the root's listing."""
     made = draft(root, seeded, source, deferred=deferred)
-    published = writer.publish(made.session_dir, made.header_line, made.body, keep_lock=keep_lock)
+    published = writer.publish_draft(made, keep_lock=keep_lock)
     register(root, made, published)
     return published

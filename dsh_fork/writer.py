@@ -242,7 +242,7 @@ def _make_session_dir(
     _ensure_root(root, deferred)
     session_dir = root / project / segment
     opened = [DirFd.open(root, root)]
-    created = False
+    made: list[DirFd] = []
     try:
         for path in (root / project, session_dir):
             parent = opened[-1]
@@ -253,15 +253,21 @@ def _make_session_dir(
                 faults.done("mkdir", path)
             opened.append(DirFd.open(path.name, path, parent))
             if created:
+                made.append(opened[-1])
                 if deferred is not None:
                     deferred.add(parent.path)
                 else:
                     _fsync_dir_fd(parent)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, Exception):  # a failure, not a crash: the dirs made go again
+            for child, parent in zip(opened[:0:-1], opened[-2::-1], strict=True):
+                if child in made and not parent.remove_dir(child):
+                    break
         for handle in opened:
             handle.close()
         raise
-    return DirChain(opened[0], opened[1], opened[2]), created
+    dirs = DirChain(opened[0], opened[1], opened[2], tuple(made))
+    return dirs, opened[2] in made
 
 
 @_io
@@ -390,9 +396,13 @@ def publish(
     (the temp is an ignored name the next run sweeps), and a failing dir fsync raises an
     ``IoError`` that says the session was published.
     """
-    (outcome,) = publish_batch(
-        [Draft(session_dir, header_line, body, header_frame)], keep_lock=keep_lock
-    )
+    return publish_draft(Draft(session_dir, header_line, body, header_frame), keep_lock=keep_lock)
+
+
+def publish_draft(draft: Draft, *, keep_lock: bool) -> Published:
+    """``publish`` of one draft; a draft that made its dirs (``open_session_dir``) takes them
+    away again when the publish fails before its log is linked."""
+    (outcome,) = publish_batch([draft], keep_lock=keep_lock)
     if isinstance(outcome, DshForkError):
         raise outcome
     return outcome
@@ -427,6 +437,8 @@ def publish_batch(drafts: list[Draft], *, keep_lock: bool) -> list[Published | D
                 live[index] = _begin(draft.session_dir, payload, dirs, fresh=draft.fresh)
             except BaseException as exc:
                 if dirs is not None:  # closing twice is harmless (DirFd.close)
+                    if isinstance(exc, Exception):  # not locked yet: only empty dirs go
+                        dirs.remove_made()
                     dirs.close()
                 if not isinstance(exc, Exception):
                     raise
@@ -584,8 +596,36 @@ def _abandon(
     _close_fd(pending)
     if pending.temp is not None:
         _remove_quietly(pending.handle, pending.temp)
+    _undo_made(pending.lock)
     pending.lock.release()
     results[index] = _as_error(exc=error, session_dir=pending.session_dir)
+
+
+def _undo_made(lock: SessionLock) -> None:
+    """A publish that failed before its log was linked, into a session dir this run made
+    (``DirChain.made``): the lock file it made and the dirs it made go again, so a fork that
+    lost a race leaves no empty child dir behind. Only while the session dir still holds the
+    very lock file held and nothing else, and is still where it was made (device and inode;
+    its project dir may have been moved: the names are those in the dirs held). The lock file
+    goes while it is held, in a dir no session ever lived in: no DSH writer can hold or wait
+    for it (format §11.1 keeps the lock file of a session, and there is none). Best effort: a
+    failure leaves what stays, as before."""
+    dirs = lock.dirs
+    session = dirs.session
+    if session not in dirs.made:
+        return
+    try:
+        if session.listdir() != [LOCK_NAME] or not session.same(
+            dirs.project.lstat(session.path.name)
+        ):
+            return
+        held, now = lock.file_stat(), session.lstat(LOCK_NAME)
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            return
+        session.unlink(LOCK_NAME)
+    except OSError:
+        return
+    dirs.remove_made()
 
 
 def _close_fd(pending: _Pending) -> None:
@@ -635,6 +675,7 @@ def _begin(
         _close_fd(pending)
         if pending.temp is not None:
             _remove_quietly(handle, pending.temp)
+        _undo_made(lock)
         lock.release()
         raise
     except BaseException:
