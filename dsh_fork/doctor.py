@@ -181,12 +181,19 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 "checked",
                 path=str(project),
             )
-    listed = {entry.session_dir: entry for entry in entries if entry.error is None}
-    for session_dir in root.candidate_dirs():
+    # as text, like the listing's own: no Path is built for a dir with nothing to report
+    listed = {entry.dir_text: entry for entry in entries if entry.error is None}
+    for text in root.candidate_texts():
+        known = listed.get(text)
+        if known is not None and known.version is not None:
+            # a dir the listing read is not listed again: it holds the entry's generations
+            for name in _files(text):
+                if is_temp_name(name):
+                    out.append(_leftover(Path(text), name))
+            continue
+        session_dir = Path(text)
         try:
-            # a dir the listing read is not listed again: its generations are the entry's
-            known = listed.get(session_dir)
-            generations = list_generations(session_dir) if known is None else known.generations
+            has_generations = bool(list_generations(session_dir))
         except OSError as exc:
             add(
                 "error",
@@ -198,14 +205,8 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
             continue
         for name in _files(session_dir):
             if is_temp_name(name):
-                add(
-                    "info",
-                    "LEFTOVER_TEMP",
-                    f"leftover temporary file {name} (ignored by DSH; safe to delete when no "
-                    "writer is running)",
-                    path=str(session_dir / name),
-                )
-        if not generations:
+                out.append(_leftover(session_dir, name))
+        if not has_generations:
             ignored = non_canonical_files(session_dir)
             note = f" (ignored files: {', '.join(ignored)})" if ignored else ""
             add(
@@ -217,7 +218,19 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
     return out
 
 
-def _files(directory: Path) -> list[str]:
+def _leftover(session_dir: Path, name: str) -> DoctorFinding:
+    """LEFTOVER_TEMP: a temp file left in a session dir."""
+    return DoctorFinding(
+        "info",
+        "root",
+        "LEFTOVER_TEMP",
+        f"leftover temporary file {name} (ignored by DSH; safe to delete when no writer is "
+        "running)",
+        path=str(session_dir / name),
+    )
+
+
+def _files(directory: str | Path) -> list[str]:
     try:
         return sorted(e.name for e in os.scandir(directory) if e.is_file(follow_symlinks=False))
     except OSError:
@@ -406,8 +419,8 @@ def doctor(
     ``progress`` is told of each session dir read, then of each session checked."""
     root.progress = progress
     entries = root.entries()
-    by_dir = {entry.session_dir: entry for entry in entries}
     if sessions:
+        by_dir = {entry.session_dir: entry for entry in entries}
         chosen: list[SessionEntry] = []
         for arg in sessions:
             for session_dir in _named_dirs(root, arg):
