@@ -470,15 +470,15 @@ def _write_same_id(root: Root, item: ImportItem, member: Member, check: _Checked
     if item.cwd != member.session.cwd:
         header_line = _moved_header(header_line[:-1], item.cwd)
         header_frame = zframes.encode(header_line)
-    session_dir = writer.ensure_session_dir(
-        root.path, item.path.parent.parent.name, item.path.parent.name
-    )
-    published = writer.publish(
-        session_dir,
-        header_line,
-        writer.Body(frames=[data[end:]] if len(data) > end else []),
+    published = writer.publish_draft(
+        _draft(
+            root,
+            item,
+            header_line,
+            writer.Body(frames=[data[end:]] if len(data) > end else []),
+            header_frame,
+        ),
         keep_lock=False,
-        header_frame=header_frame,
     )
     written, _ = stable_read(published.path)
     if bundle.digest_of(written) != check.expected_sha:
@@ -513,14 +513,31 @@ def write_seeded_copy(
         own=own,
     )
     body = member.data[check.header_frame_end :]
-    session_dir = writer.ensure_session_dir(
+    writer.publish_draft(
+        _draft(
+            root,
+            item,
+            plan.header_line(),
+            writer.Body(frames=[body] if body else [], tail=plan.own_lines()),
+        ),
+        keep_lock=False,
+    )
+
+
+def _draft(
+    root: Root,
+    item: ImportItem,
+    header_line: bytes,
+    body: writer.Body,
+    header_frame: bytes | None = None,
+) -> writer.Draft:
+    """The item's session dir (made) and what to publish in it: a publish that fails takes
+    away the dirs it made (``writer.publish_draft``)."""
+    dirs, fresh = writer.open_session_dir(
         root.path, item.path.parent.parent.name, item.path.parent.name
     )
-    writer.publish(
-        session_dir,
-        plan.header_line(),
-        writer.Body(frames=[body] if body else [], tail=plan.own_lines()),
-        keep_lock=False,
+    return writer.Draft(
+        dirs.path, header_line, body, header_frame=header_frame, dirs=dirs, fresh=fresh
     )
 
 

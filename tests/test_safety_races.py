@@ -16,13 +16,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from relinkkit import CWD, plugin_scenario
 from safetykit import count
 
 from dsh_fork import faults
 from dsh_fork.errors import DshForkError
-from dsh_fork.fixtures import Clock
+from dsh_fork.fixtures import Clock, generate
 from dsh_fork.fork import fork_session
+from dsh_fork.importer import import_bundle
 from dsh_fork.layout import encode_segment, project_key
 
 PROJECT = project_key(CWD)
@@ -46,9 +48,9 @@ class ProjectSwap:
     """At the first writer step of ``kind``, the project dir is moved aside and a link to
     ``outside`` put in its place; ``undo`` puts it back."""
 
-    def __init__(self, root: Path, outside: Path, kind: str) -> None:
-        self.project = root / PROJECT
-        self.aside = root / f"{PROJECT}.aside"
+    def __init__(self, root: Path, outside: Path, kind: str, project: str = PROJECT) -> None:
+        self.project = root / project
+        self.aside = root / f"{project}.aside"
         self.outside = outside
         self.kind = kind
         self.swapped = False
@@ -128,3 +130,32 @@ def test_a_dir_the_fork_did_not_make_is_left_in_place(
     assert caught.value.code == "SESSION_STALE"
     assert child_dir.is_dir()
     assert tree_of(outside) == {}
+
+
+def test_an_import_that_lost_a_swap_race_leaves_no_session_dir_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import makes the project dir and the first session dir, then the project dir is
+    swapped for a link: the session dir goes again through the project dir held; the project
+    dir itself, moved aside when the import fails, is no longer at its name and stays (empty)."""
+    source, target = tmp_path / "a" / "sessions", tmp_path / "b" / "sessions"
+    top = generate(source, sessions=1, agents=2, depth=1, turns=2, seed=11).top_level[0]
+    archive = tmp_path / "family.tar.zst"
+    assert run_cli("--root", source, "export", top, "-o", archive).exit_code == 0
+    (project,) = (p.name for p in source.iterdir() if p.is_dir())
+    target.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    swap = ProjectSwap(target, outside, "create", project)
+    monkeypatch.setattr(faults, "step", swap.hook(faults.step))
+
+    try:
+        with pytest.raises(DshForkError) as caught:
+            import_bundle(str(archive), str(target), workspace=False)
+    finally:
+        swap.undo()
+
+    assert swap.swapped
+    assert caught.value.code == "SESSION_STALE"
+    assert tree_of(outside) == {}
+    assert tree_of(target) == {project: ("drwx------", b"")}
