@@ -19,10 +19,18 @@ from msgspec import Struct, field
 from .discovery import Root, SessionEntry, locate
 from .errors import Partial, SessionNotFound, UnsupportedFormat
 from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
-from .kinds import KindRule
+from .kinds import (
+    EVIDENCE_TYPES,
+    Evidence,
+    KindRule,
+    header_kind,
+    read_evidence,
+    unsettled,
+)
 from .layout import oplog_path as default_oplog_path
 from .layout import resolve_root
 from .locking import probe
+from .model import derive
 from .progress import SILENT, Progress
 from .records import header_version
 from .validation import SEVERITIES, DirCheck, Severity, binding_problem, check_dir
@@ -31,6 +39,7 @@ Scope = Literal["root", "session"]
 ROOT_CODES = frozenset(("PATH_MISMATCH", "VERSION_MISMATCH", "EMPTY_DIR"))
 """Codes ``check_dir`` also reports that doctor states once, as root rules."""
 FLAT_SUFFIXES = (".jsonl", ".jsonl.zstd")
+EVIDENCE = frozenset(EVIDENCE_TYPES)
 
 
 class DoctorFinding(Struct, frozen=True):
@@ -450,17 +459,29 @@ def doctor(
             by_id.setdefault(entry.id, entry)
     from .forkcheck import ForkRules  # reaches relink's planner: loaded when doctor runs
 
-    kinds = KindRule(root)
+    early: dict[str, DirCheck] = {}
+    unreadable: set[str] = set()  # validated and found unreadable: the rule reads it alone
+
+    def validate_early(entry: SessionEntry) -> Evidence | None:
+        """The kind rule's read of a log not validated yet: validate it now (its check is
+        taken up in its turn), so that no log is read once for the rule and again here."""
+        if entry.dir_text in unreadable:
+            return read_evidence(entry)
+        check = early[entry.dir_text] = _check(entry)
+        return _evidence(check) if check.readable else read_evidence(entry)
+
+    asked = _asked_by_rule(entries)
+    # Named sessions: a parent outside them is read for the rule only, not validated.
+    kinds = KindRule(root) if sessions else KindRule(root, read=validate_early)
     forks = ForkRules(root, kinds, oplog_path=oplog_path, named=bool(sessions))
     progress.stage("sessions checked", len(chosen))
     for entry in chosen:
         progress.advance()
-        listed = entry.error is None  # its generations and header as the listing read them
-        check = check_dir(
-            entry.session_dir,
-            entry.generations if listed else None,
-            listed_header=entry.header if listed else None,
-        )
+        check = early.pop(entry.dir_text, None) or _check(entry)
+        if not check.readable:
+            unreadable.add(entry.dir_text)
+        elif entry.id in asked and root.entry(entry.id) is entry:  # of a duplicated id, the
+            kinds.learn(entry.id, _evidence(check))  # one the rule would read
         report.findings.extend(_session_findings(entry, check))
         report.findings.extend(_lineage(root, entry, check, by_id, kinds))
         path = str(entry.generation.path) if entry.generation is not None else None
@@ -479,6 +500,37 @@ def doctor(
                     )
                 )
     return report
+
+
+def _asked_by_rule(entries: list[SessionEntry]) -> set[str]:
+    """The ids whose evidence the kind rule may ask for: the sessions whose header leaves
+    their kind unsettled, and their parents (the rule keeps nothing for any other)."""
+    out: set[str] = set()
+    for entry in entries:
+        header = entry.header
+        if header is not None and unsettled(header_kind(header)):
+            out.add(header.id)
+            if header.parent_session is not None:
+                out.add(header.parent_session)
+    return out
+
+
+def _check(entry: SessionEntry) -> DirCheck:
+    """``check_dir`` of a listed session, with what the listing read (its generations and
+    header) and the events the kind rule needs kept from the same pass."""
+    listed = entry.error is None
+    return check_dir(
+        entry.session_dir,
+        entry.generations if listed else None,
+        listed_header=entry.header if listed else None,
+        collect=EVIDENCE,
+    )
+
+
+def _evidence(check: DirCheck) -> Evidence:
+    """The kind rule's evidence from a validated log (what ``kinds.read_evidence`` reads)."""
+    assert check.header is not None
+    return Evidence.of(derive(check.header, check.event_count, check.collected))
 
 
 def doctor_arg(

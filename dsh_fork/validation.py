@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
 from .generations import (
@@ -1262,6 +1263,9 @@ class DirCheck(Struct, eq=False):
     findings: list[Finding] = field(default_factory=list)
     own_catalog: list[tuple[int, Any]] = field(default_factory=list)
     readable: bool = False
+    event_count: int = 0
+    collected: list[Event] = field(default_factory=list)
+    """The events of the types asked for (``check_dir``'s ``collect``), once readable."""
 
 
 def check_dir(
@@ -1269,12 +1273,15 @@ def check_dir(
     generations: list[Generation] | None = None,
     *,
     listed_header: Header | None = None,
+    collect: frozenset[str] = frozenset(),
 ) -> DirCheck:
     """Open the highest generation and validate it; a read error becomes a finding.
     ``generations``: the dir's, when its caller has listed it already (doctor's listing of the
     root), so that the dir is not listed again. ``listed_header``: the header that listing
     validated from the highest of them, so that it is not read a second time before the log
-    is opened (which reads and checks it once more, as part of the log)."""
+    is opened (which reads and checks it once more, as part of the log). ``collect``: event
+    types kept from the same pass (``DirCheck.collected``), for a caller that would otherwise
+    read the log again for them (doctor's kind rule)."""
     if generations is None:
         generations = list_generations(session_dir)
     generation = select(generations)
@@ -1301,8 +1308,15 @@ def check_dir(
     try:
         log = open_log(generation, index=False)  # the pass below indexes it: one decode
         validator = Validator(log.header, log.version)
-        for ev in log.events():
-            validator.feed(ev)
+        if collect:
+            collected = result.collected
+            for ev in log.events():
+                validator.feed(ev)
+                if ev.type in collect:  # without the line bytes: a fact needs its data
+                    collected.append(replace(ev, raw=None))
+        else:
+            for ev in log.events():
+                validator.feed(ev)
     except CorruptLog as exc:
         message = exc.message
         if str(generation.path) not in message:
@@ -1322,6 +1336,7 @@ def check_dir(
         return result
     result.header = log.header
     result.readable = True
+    result.event_count = log.event_count
     result.findings.extend(file_findings(log))
     result.findings.extend(validator.finish())
     result.own_catalog = validator.own_catalog()

@@ -6,12 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import run_cli
 from relinkkit import CWD, fork_of, legacy_copy, subagent
 
+from dsh_fork import kinds
 from dsh_fork.discovery import Root
 from dsh_fork.doctor import doctor
 from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.generations import Generation
+from dsh_fork.kinds import KindRule
+from dsh_fork.reader import SessionLog, open_log
 from dsh_fork.relink import relink
 
 NO_HOME = {"DSH_HOME": ""}
@@ -129,3 +134,46 @@ def test_copies_a_relink_made_under_a_delegation_child_are_named(root: Path) -> 
     not_fork = run_cli("relink", "--all", "--root", root, "--json", env=NO_HOME)
     assert not_fork.exit_code == 0
     assert not_fork.json()["results"] == []
+
+
+def test_the_kind_rule_reads_no_log_that_doctor_validates(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delegation child without origin (its parent catalogues it) and a user fork, both
+    without the parent's subagent: the rule settles both from the logs doctor validates (no
+    log is read for it a second time), and only the user fork lacks a tree."""
+    clock = Clock()
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd=CWD)
+    parent.turn(clock)
+    helper = subagent(clock, "helper-1", parent, label="helper")
+    parent.catalog(clock, helper, label=helper.id)
+    parent.turn(clock)
+    parent.flush()
+    delegated = fork_of(parent, "session-D", clock())
+    delegated.turn(clock)
+    delegated.flush()
+    parent.catalog(clock, delegated, label="delegated")
+    parent.turn(clock)
+    parent.flush()
+    user_fork = fork_of(parent, "session-F", clock())
+    user_fork.turn(clock)
+    user_fork.flush()
+    for spec in (parent, helper, delegated, user_fork):
+        spec.publish(root)
+    reads: list[str] = []
+    real = open_log  # what the rule reads a log with (``kinds.read_evidence``)
+
+    def counted(generation: Generation, **options: Any) -> SessionLog:
+        reads.append(generation.path.parent.name)
+        return real(generation, **options)
+
+    monkeypatch.setattr(kinds, "open_log", counted)
+    rule = KindRule(Root(root))
+    assert [e.id for e in rule.fork_children()] == ["session-F"]  # the rule reads on its own
+    assert reads
+
+    reads.clear()
+    report = doctor(Root(root)).to_json()
+
+    assert reads == []
+    assert fork_findings(report) == [("warning", "FORK_TREE_MISSING", "session-F")]
