@@ -15,8 +15,9 @@ Which sessions are forks is the one rule of ``kinds``; what a fork lacks is reli
 from __future__ import annotations
 
 import shlex
+from collections import OrderedDict
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .discovery import Root, SessionEntry
 from .display import counted
@@ -29,6 +30,11 @@ from .provenance import Logged, match_copies
 from .reader import open_log
 from .validation import Severity
 
+if TYPE_CHECKING:
+    from .relink import _Opened
+
+RECENT_BYTES = 8 << 20
+RECENT_LOGS = 256
 PROVENANCE_TYPES = ("session/end-seed", "turn/start", "turn/end")
 """What a copy and a candidate are read for to compare prefixes: the cut and the turns."""
 
@@ -53,6 +59,7 @@ class ForkRules:
         self.root = root
         self.kinds = kinds
         self.on_purpose = frozenset() if named else forks_without_agents(oplog_path)
+        self.recent = RecentLogs()
 
     def notes(self, entry: SessionEntry) -> list[ForkNote]:
         header = entry.header
@@ -70,15 +77,48 @@ class ForkRules:
                 entry,
             )
         else:
-            note = _missing(self.root, entry, self.kinds)
+            note = _missing(self.root, entry, self.kinds, self.recent)
         return [] if note is None else [note]
+
+
+class RecentLogs:
+    """The candidate logs the last dry-run plans read, for the next plan: the forks of one
+    parent (listed together, in its project dir) share their candidates, so each is read
+    once, not once per fork. Bounded by ``RECENT_BYTES`` of held log bytes and
+    ``RECENT_LOGS`` logs; a log read in pieces (too large to hold) is not kept. Each caller
+    gets its own ``_Opened`` (a plan lets go of the log it has drafted a copy from)."""
+
+    def __init__(self) -> None:
+        self._logs: OrderedDict[str, _Opened] = OrderedDict()
+        self._bytes = 0
+
+    def __call__(self, entry: SessionEntry) -> _Opened:
+        from .relink import _open, _Opened
+
+        key = entry.dir_text
+        kept = self._logs.get(key)
+        if kept is not None:
+            self._logs.move_to_end(key)
+            return _Opened(entry, kept.log, kept.facts, kept.error)
+        opened = _open(entry)
+        size = 0 if opened.log is None else len(opened.log.data)
+        if size and size <= RECENT_BYTES:
+            self._logs[key] = _Opened(entry, opened.log, opened.facts, opened.error)
+            self._bytes += size
+            while self._bytes > RECENT_BYTES or len(self._logs) > RECENT_LOGS:
+                _, dropped = self._logs.popitem(last=False)
+                assert dropped.log is not None
+                self._bytes -= len(dropped.log.data)
+        return opened
 
 
 def _relink(session_id: str) -> str:
     return f"dsh-fork relink {shlex.quote(session_id)}"
 
 
-def _missing(root: Root, entry: SessionEntry, kinds: KindRule) -> ForkNote | None:
+def _missing(
+    root: Root, entry: SessionEntry, kinds: KindRule, opener: RecentLogs
+) -> ForkNote | None:
     """FORK_TREE_MISSING from relink's own dry-run plan; a fork relink cannot plan (running,
     below v4, unreadable) has other findings and none of this one."""
     from .relink import relink  # the planner: relink imports the library's writers
@@ -88,7 +128,13 @@ def _missing(root: Root, entry: SessionEntry, kinds: KindRule) -> ForkNote | Non
         return None
     try:
         summary = relink(
-            root, entry.session_dir, dry_run=True, unreadable=[], kinds=kinds, refresh=False
+            root,
+            entry.session_dir,
+            dry_run=True,
+            unreadable=[],
+            kinds=kinds,
+            refresh=False,
+            opener=opener,
         )
     except (DshForkError, OSError):
         return None

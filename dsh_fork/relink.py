@@ -16,7 +16,7 @@ import bisect
 import contextlib
 import os
 import shlex
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -470,6 +470,12 @@ def _failure(child_id: str, error: DshForkError) -> _Fail:
     return _Fail(child_id, error.code, error.message)
 
 
+Opener = Callable[[SessionEntry], _Opened]
+"""How the planner reads a candidate's log: ``_open``, or a caller's that remembers the logs
+it read (``doctor`` plans every fork of a root, and the forks of one parent share their
+candidates)."""
+
+
 class _Member(Struct):
     """One candidate: a subagent child of a source parent on the chain (rank 0 = nearest)."""
 
@@ -479,6 +485,7 @@ class _Member(Struct):
     readable: bool = False
     """Whether its log is read at all (it belongs, or lineages are grouped): read on first
     use, so a wide level holds one log at a time, not every child's at once."""
+    opener: Opener = _open
     _opened: _Opened | None = None
     _key: str | None = None
 
@@ -488,7 +495,7 @@ class _Member(Struct):
 
     def open(self) -> _Opened | None:
         if self._opened is None and self.readable:
-            self._opened = _open(self.entry)
+            self._opened = self.opener(self.entry)
         return self._opened
 
     def logged(self) -> Logged | None:
@@ -548,9 +555,10 @@ def _order(entry: SessionEntry) -> tuple[int, str]:
 class _Planner:
     """Read-only: decides every outcome of a relink (semantics §4.2, §4.3, §4.4.2)."""
 
-    def __init__(self, root: Root, kinds: KindRule) -> None:
+    def __init__(self, root: Root, kinds: KindRule, opener: Opener = _open) -> None:
         self.root = root
         self.kinds = kinds
+        self.opener = opener
         """Which sessions are a source's subagents (candidates): the one rule of ``kinds``."""
         self.visited: set[str] = set()
         self.held = 0
@@ -582,7 +590,7 @@ class _Planner:
                     failures.append(_failure(child_id, entry.error))
                     continue
                 on_branch = belongs(point, child_id, entry.created_at, horizon, catalogued)
-                member = _Member(entry, rank, on_branch)
+                member = _Member(entry, rank, on_branch, opener=self.opener)
                 members.append(member)
             ranks.append(members)
         grouping = len(sources) > 1
@@ -1315,6 +1323,7 @@ def _plan(
     *,
     kinds: KindRule | None = None,
     warn_unclaimed: bool = True,
+    opener: Opener = _open,
 ) -> tuple[ForkPoint, _Level]:
     """The whole tree's plan under a fork child whose fork point is ``point``.
 
@@ -1329,7 +1338,7 @@ def _plan(
     """
     kinds = kinds or KindRule(root)
     point = point.with_chain(_fork_chain(root, point.parent_id, kinds))
-    planner = _Planner(root, kinds)
+    planner = _Planner(root, kinds, opener)
     planner.visited.update((point.parent_id, *point.chain))
     level = planner.level(point, existing, own)
     for item in unreadable:
@@ -1413,6 +1422,7 @@ def relink(
     kinds: KindRule | None = None,
     progress: Progress = SILENT,
     refresh: bool = True,
+    opener: Opener = _open,
 ) -> RelinkSummary:
     """Copy the subagent trees of C's fork chain under the fork child C (semantics §4).
 
@@ -1426,6 +1436,7 @@ def relink(
     ``refresh=False``: plan against the root's listing as it is, without looking for sessions
     published since it was made (``doctor``'s dry run judges every fork against the one
     listing it reports on, and would otherwise walk every project dir again per fork).
+    ``opener``: how a candidate's log is read (``Opener``).
     """
     generation = current_generation(fork_child_dir)
     if generation is None:
@@ -1474,7 +1485,15 @@ def relink(
         own = {e.child_id for e in c_facts.own_catalog() if e.child_id is not None}
         del c_log, c_facts  # its catalog holds a fact per agent of its source: not kept
         point, level = _plan(
-            root, point, existing, own, summary, unreadable, kinds=kinds, warn_unclaimed=warn
+            root,
+            point,
+            existing,
+            own,
+            summary,
+            unreadable,
+            kinds=kinds,
+            warn_unclaimed=warn,
+            opener=opener,
         )
         top = _Parent(header.id, fork_child_dir, lock, header.delegation_depth)
         parent_header = None if parent_entry is None else parent_entry.header

@@ -11,7 +11,8 @@ from conftest import run_cli
 from relinkkit import CWD, fork_of, legacy_copy, subagent
 
 from dsh_fork import kinds
-from dsh_fork.discovery import Root
+from dsh_fork import relink as relink_module
+from dsh_fork.discovery import Root, SessionEntry
 from dsh_fork.doctor import doctor
 from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.generations import Generation
@@ -177,3 +178,28 @@ def test_the_kind_rule_reads_no_log_that_doctor_validates(
 
     assert reads == []
     assert fork_findings(report) == [("warning", "FORK_TREE_MISSING", "session-F")]
+
+
+def test_the_forks_of_one_parent_read_its_subagents_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two unrelinked forks of one parent lack the same subagents: doctor's dry-run plans
+    share the candidates' logs, and each fork is still told what it lacks."""
+    summary = generate(root, sessions=1, agents=2, depth=1, turns=2, forks=2, seed=5)
+    first, second = summary.forks
+    opened: list[str] = []
+    real = relink_module._open
+
+    def counted(entry: SessionEntry) -> Any:
+        opened.append(entry.dir_text)
+        return real(entry)
+
+    monkeypatch.setattr(relink_module, "_open", counted)
+
+    report = doctor(Root(root)).to_json()
+
+    assert sorted(fork_findings(report)) == sorted(
+        [("warning", "FORK_TREE_MISSING", first), ("warning", "FORK_TREE_MISSING", second)]
+    )
+    assert len(opened) == 2  # the parent's two subagents, once each
+    assert len(set(opened)) == 2
