@@ -88,7 +88,6 @@ class Node(Struct):
     error: str | None = None
     flags: list[str] = field(default_factory=list)
     children: list[Node] = field(default_factory=list)
-    facts: Facts | None = None
     workspace: Placement | None = None
     """The workspace of DSH's registry that lists it (``with_workspaces``), else None."""
     archived: bool = False
@@ -454,7 +453,8 @@ class _Reader:
 
 
 def _apply(node: Node, facts: Facts) -> None:
-    node.facts = facts
+    """What a node shows of its log's facts; the facts themselves are not kept (a root of
+    100,000 sessions would hold every catalog and descriptor it read)."""
     if facts.torn is not None:
         node.flags.append(TORN_TAIL)
     cut = facts.cut
