@@ -228,7 +228,7 @@ def _node(entry: SessionEntry) -> Node:
     path = f"{head.rsplit(os.sep, 1)[-1]}/{name}"
     header = entry.header
     if header is not None:  # a valid header says every field the raw one would
-        return Node(
+        node = Node(
             header.id,
             path,
             header_kind(header),
@@ -238,6 +238,8 @@ def _node(entry: SessionEntry) -> Node:
             entry,
             entry.version,  # the chosen generation's, without building it
         )
+        entry.forget()  # back to its header line: most nodes are drawn, never opened
+        return node
     error = entry.error
     created_at = entry.created_at
     return Node(
@@ -434,6 +436,11 @@ class _Reader:
                 self._match(node, copies, index)
         self.kept.clear()
         self.done.clear()
+        stack = [top]
+        while stack:  # the paths and parsed headers the reads built are not kept
+            node = stack.pop()
+            node.entry.forget()
+            stack.extend(node.children)
 
     def _match(self, node: Node, copies: list[Node], index: Mapping[str, Node]) -> None:
         candidates: list[Node] = []
@@ -553,6 +560,7 @@ def with_workspaces(found: Lineage) -> Lineage:
         header = node.entry.header
         node.workspace = reg.placement(node.id, None if header is None else header.cwd)
         node.archived, node.pinned = reg.archived(node.id), reg.pinned(node.id)
+        node.entry.forget()
     return found
 
 

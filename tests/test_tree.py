@@ -393,3 +393,16 @@ def test_sessions_created_at_the_same_moment_are_drawn_by_id_then_by_path(root: 
     one, two = project_dir_name("/w/one"), project_dir_name("/w/two")
     assert drawn == sorted([("a", one), ("a", two), ("b", one), ("c", two)])
     assert_every_session_once(root, found)
+
+
+def test_a_lineage_drawn_twice_from_one_listing_is_the_same(root: Path) -> None:
+    """A lineage hands each entry back to its listed form once its rows are made (a root of
+    100,000 sessions keeps no parsed header or path per session); a second lineage of the
+    same listing, which parses them again, draws and serialises the same."""
+    generate_oddities(root, relinked=True)
+    listing = Root(root)
+    first, second = lineage(listing), lineage(listing)
+    assert list(plain_lines(first)) == list(plain_lines(second))
+    assert first.to_json() == second.to_json() == lineage(Root(root)).to_json()
+    assert mermaid(first) == mermaid(second) and dot(first) == dot(second)
+    assert_nodes_say_what_their_entries_say(second)
