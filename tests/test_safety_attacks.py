@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,9 @@ import pytest
 from conftest import log_events, log_header, run_cli, tree_digest
 from relinkkit import CWD, plugin_scenario
 from safetykit import count
-from typer.testing import CliRunner
+from userkit import as_user, cli_as
 
 from dsh_fork import frames as zframes
-from dsh_fork.cli.app import app
 from dsh_fork.cli.base import Out, run
 from dsh_fork.discovery import Root
 from dsh_fork.display import MAX_LINE_CHARS, safe_text
@@ -497,48 +496,6 @@ def shared_tree() -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def as_user(uid: int, action: Callable[[], Any]) -> Any:
-    """``action()`` in a forked child running as ``uid`` (setgid, setuid); its JSON result.
-    The child is killed after the timeout: a hang fails the test, it never blocks the suite."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop root, act, report, leave without cleanup handlers
-        status = 0
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            payload = json.dumps({"value": action()}).encode()
-        except BaseException as exc:
-            payload = json.dumps({"crash": f"{type(exc).__name__}: {exc}"}).encode()
-            status = 1
-        with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(payload)
-        os._exit(status)
-    os.close(write_end)
-    deadline = time.monotonic() + TIMEOUT
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the command run as uid {uid} hung")
-        time.sleep(0.01)
-    with os.fdopen(read_end, "rb") as pipe:
-        report = json.loads(pipe.read() or b"{}")
-    assert "crash" not in report, report.get("crash")
-    return report["value"]
-
-
-def cli_as(uid: int, *args: str | Path) -> tuple[int, str, str]:
-    def action() -> tuple[int, str, str]:
-        result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-        return result.exit_code, result.stdout, result.stderr
-
-    code, out, err = as_user(uid, action)
-    return code, out, err
 
 
 @pytest.mark.skipif(not _can_switch_user(), reason="needs root to run commands as another user")

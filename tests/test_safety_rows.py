@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,9 @@ import pytest
 from conftest import run_cli
 from relinkkit import CWD, plugin_scenario
 from safetykit import count
-from typer.testing import CliRunner
+from userkit import cli_as
 
 import dsh_fork
-from dsh_fork.cli.app import app
 from dsh_fork.fixtures import Clock
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import project_key
@@ -136,34 +134,7 @@ def _preloaded() -> None:
 def as_nobody(*args: str | Path) -> tuple[int, str, str]:
     """The command run by CliRunner in a forked child that became uid 65534."""
     _preloaded()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 0
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-            payload = json.dumps([result.exit_code, result.stdout, result.stderr]).encode()
-        except BaseException as exc:
-            payload = json.dumps([-1, "", f"{type(exc).__name__}: {exc}"]).encode()
-            status = 1
-        with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(payload)
-        os._exit(status)
-    os.close(write_end)
-    deadline = time.monotonic() + TIMEOUT
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the command run as uid 65534 hung")
-        time.sleep(0.01)
-    with os.fdopen(read_end, "rb") as pipe:
-        code, out, err = json.loads(pipe.read())
-    return int(code), str(out), str(err)
+    return cli_as(NOBODY, *args)
 
 
 @pytest.fixture
