@@ -47,9 +47,10 @@ from .turns import CLOSE_TURN_HINT, open_turn_at
 from .workspace import moved_workspace
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
+    from .forkpoint import ForkPoint
     from .joining import WorkspaceJoin
     from .records import Header
-    from .relink import ForkPoint, RelinkSummary
+    from .relinkresult import RelinkSummary
 
 PRESET_TYPE = "agent-preset/selected"
 CATALOG_TYPE = "subagent/catalog"
@@ -240,7 +241,8 @@ def fork(
         )
     if dry_run:
         if agents:
-            from .relink import fork_point, plan_new_fork
+            from .forkpoint import fork_point
+            from .relink import plan_new_fork
 
             point = fork_point(log, facts, log.header.id, last, 0)
             _set_agents(result, plan_new_fork(root, point, _known_kinds(root, facts, None)))
@@ -272,7 +274,7 @@ def fork(
             NO_AGENTS, {"forkChild": child_id, "source": log.header.id}
         )
     if agents:
-        from .relink import fork_point
+        from .forkpoint import fork_point
 
         assert published.lock is not None
         point = fork_point(log, facts, log.header.id, last, 0)

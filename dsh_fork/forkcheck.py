@@ -31,7 +31,7 @@ from .reader import open_log
 from .validation import Severity
 
 if TYPE_CHECKING:
-    from .relink import _Opened
+    from .relinkplan import _Opened
 
 RECENT_BYTES = 8 << 20
 RECENT_LOGS = 256
@@ -93,7 +93,7 @@ class RecentLogs:
         self._bytes = 0
 
     def __call__(self, entry: SessionEntry) -> _Opened:
-        from .relink import _open, _Opened
+        from .relinkplan import _open, _Opened
 
         key = entry.dir_text
         kept = self._logs.get(key)

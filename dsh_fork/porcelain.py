@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .inspect import InspectReport
     from .lineage import Lineage
     from .listing import SessionList
-    from .relink import RelinkAllResult, RelinkSummary
+    from .relinkresult import RelinkAllResult, RelinkSummary
     from .salvage import SalvageResult
     from .search import SearchResult
     from .tarstream import Compression

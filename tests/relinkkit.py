@@ -21,7 +21,8 @@ from dsh_fork.fixtures import Clock, Ids, SessionSpec
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import encode_segment, project_dir_name
 from dsh_fork.locking import probe
-from dsh_fork.relink import RelinkSummary, relink
+from dsh_fork.relink import relink
+from dsh_fork.relinkresult import RelinkSummary
 from dsh_fork.validation import validate_dir
 
 CWD = "/home/u/proj"

@@ -10,8 +10,7 @@ import pytest
 from conftest import run_cli
 from relinkkit import CWD, fork_of, legacy_copy, subagent
 
-from dsh_fork import kinds
-from dsh_fork import relink as relink_module
+from dsh_fork import kinds, relinkplan
 from dsh_fork.discovery import Root, SessionEntry
 from dsh_fork.doctor import doctor
 from dsh_fork.fixtures import Clock, SessionSpec, generate
@@ -188,13 +187,13 @@ def test_the_forks_of_one_parent_read_its_subagents_once(
     summary = generate(root, sessions=1, agents=2, depth=1, turns=2, forks=2, seed=5)
     first, second = summary.forks
     opened: list[str] = []
-    real = relink_module._open
+    real = relinkplan._open
 
     def counted(entry: SessionEntry) -> Any:
         opened.append(entry.dir_text)
         return real(entry)
 
-    monkeypatch.setattr(relink_module, "_open", counted)
+    monkeypatch.setattr(relinkplan, "_open", counted)
 
     report = doctor(Root(root)).to_json()
 

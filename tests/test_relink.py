@@ -33,16 +33,16 @@ from relinkkit import (
     without_ids,
 )
 
-from dsh_fork import faults, seeded, writer
+from dsh_fork import faults, forkpoint, relinkplan, relinkwalk, seeded, writer
 from dsh_fork import relink as relink_module
 from dsh_fork.discovery import Root
 from dsh_fork.errors import DshForkError, SessionLocked, UnsupportedFormat, UsageError
 from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
+from dsh_fork.forkpoint import fork_point as make_fork_point
 from dsh_fork.layout import project_key
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
 from dsh_fork.reader import SessionLog, current_generation, open_log
-from dsh_fork.relink import fork_point as make_fork_point
 from dsh_fork.relink import plan_new_fork, relink_all
 from dsh_fork.source import FileRun
 
@@ -774,7 +774,8 @@ def test_the_plan_reads_one_child_log_at_a_time_and_keeps_none(
         held_at_walk.append(sum(1 for ref in alive if ref() is not None))
         plain_run(*args, **kwargs)
 
-    monkeypatch.setattr(relink_module, "open_log", counting_open)
+    for module in (relink_module, relinkplan):
+        monkeypatch.setattr(module, "open_log", counting_open)
     monkeypatch.setattr(relink_module, "_run", counting_run)
     summary = run(root, fork.id)
 
@@ -793,18 +794,18 @@ def test_the_walk_frees_each_copy_it_writes_and_keeps_no_log_of_the_fork_child(
 
     _, fork = wide_parent(root, clock)
     seen: list[tuple[int, int]] = []
-    plain_append = relink_module._Walker._append_to_parent
+    plain_append = relinkwalk._Walker._append_to_parent
 
     def counting_append(walker: Any, level: Any, parent: Any, new_facts: Any) -> None:
         if parent.id == fork.id:  # the top level: every copy under C written
             gc.collect()
             objects = gc.get_objects()
-            copies = sum(1 for o in objects if type(o) is relink_module._Copy)
+            copies = sum(1 for o in objects if type(o) is relinkplan._Copy)
             c_logs = sum(1 for o in objects if isinstance(o, SessionLog) and o.header.id == fork.id)
             seen.append((copies, c_logs))
         plain_append(walker, level, parent, new_facts)
 
-    monkeypatch.setattr(relink_module._Walker, "_append_to_parent", counting_append)
+    monkeypatch.setattr(relinkwalk._Walker, "_append_to_parent", counting_append)
     summary = run(root, fork.id)
 
     assert len(summary.copied) == 13 and summary.ok
@@ -820,7 +821,7 @@ def test_runs_reread_from_their_files_make_the_same_copies(
     _, fork = wide_parent(held, clock)
     shutil.copytree(held.parent, reread.parent)
     first = run(held, fork.id)
-    monkeypatch.setattr(relink_module, "HELD_RUNS_MAX", 0)
+    monkeypatch.setattr(relinkplan, "HELD_RUNS_MAX", 0)
     reopened: list[str] = []
     plain_open = seeded.RunRef.open
 
@@ -851,7 +852,7 @@ def test_a_source_changed_after_the_plan_fails_stale_and_a_rerun_copies_it(
         os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
         plain_run(*args, **kwargs)
 
-    monkeypatch.setattr(relink_module, "HELD_RUNS_MAX", 0)
+    monkeypatch.setattr(relinkplan, "HELD_RUNS_MAX", 0)
     monkeypatch.setattr(relink_module, "_run", touching_run)
     summary = run(root, fork.id)
 
@@ -890,15 +891,15 @@ def test_the_planners_narrow_read_agrees_with_the_full_read_on_every_log(
             full = open_log(generation, collect=MODEL_TYPES)
         except DshForkError as exc:
             with pytest.raises(DshForkError) as narrow_error:
-                open_log(generation, collect=relink_module._PLAN_TYPES)
+                open_log(generation, collect=forkpoint._PLAN_TYPES)
             assert narrow_error.value.code == exc.code, session_dir
             continue
-        narrow = open_log(generation, collect=relink_module._PLAN_TYPES)
+        narrow = open_log(generation, collect=forkpoint._PLAN_TYPES)
         wide, lean = facts_of(full), facts_of(narrow)
         for name in ("event_count", "turn_marks", "tagged_markers", "catalog", "descriptors"):
             assert getattr(lean, name) == getattr(wide, name), (session_dir, name)
         assert lean.presets == wide.presets and lean.cut == wide.cut, session_dir
-        times = [relink_module._event_time(narrow, seq) for seq in range(narrow.event_count)]
+        times = [forkpoint._event_time(narrow, seq) for seq in range(narrow.event_count)]
         assert times == [full.event(seq).time for seq in range(full.event_count)], session_dir
         compared += 1
     assert compared >= 40
@@ -923,8 +924,8 @@ def test_an_append_given_the_cut_reparses_only_the_own_range(root: Path, clock: 
         seen.append((facts.cut, [e.seq for e in facts.catalog], facts.own_catalog()))
         return []
 
-    writer.append(c_dir, build, collect=relink_module._APPEND_TYPES, cut=cut)
-    writer.append(c_dir, build, collect=relink_module._APPEND_TYPES, cut=cut - 1)
+    writer.append(c_dir, build, collect=forkpoint._APPEND_TYPES, cut=cut)
+    writer.append(c_dir, build, collect=forkpoint._APPEND_TYPES, cut=cut - 1)
     own = [e.seq for e in full.catalog if e.seq > cut]
     assert seen[0] == (cut, own, full.own_catalog())
     assert seen[1] == (cut, [e.seq for e in full.catalog], full.own_catalog())
@@ -941,7 +942,7 @@ def test_a_catalog_fact_held_encoded_parses_back_equal_even_with_a_lone_surrogat
         "mode": "continuable",
         "label": "agent \ud800 1",
     }
-    held = relink_module._NewFact.of(fact)
+    held = relinkwalk._NewFact.of(fact)
     assert held.data() == fact
     assert (held.created_at, held.child_id) == (1_767_225_603_750, "session-c")
     assert sys.getsizeof(held.encoded) < len(held.encoded) + 64

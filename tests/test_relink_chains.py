@@ -31,7 +31,8 @@ from dsh_fork import faults
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, FixtureSummary, generate
 from dsh_fork.fork import fork_session
-from dsh_fork.relink import RelinkAllResult, relink, relink_all
+from dsh_fork.relink import relink, relink_all
+from dsh_fork.relinkresult import RelinkAllResult
 
 TREE = {"sessions": 1, "agents": 2, "depth": 2, "turns": 2, "seed": 11}
 """One top session, two agents, each with two agents of its own: six subagents."""

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from relinkkit import CWD, fork_of, legacy_copy, oplog_lines, plugin_scenario, run, subagent
 
-from dsh_fork import relink as relink_module
+from dsh_fork import relinkwalk
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.resumable import unresumable
@@ -54,7 +54,7 @@ def test_copies_whose_catalog_fact_never_came_are_listed_unresumable(
     is PARTIAL, and the log names each copy (the plugin's check always passed)."""
     s = plugin_scenario(root, Clock(), children=2)
     oplog = root.parent / "relink.log"
-    monkeypatch.setattr(relink_module._Walker, "_append_to_parent", lambda *args: None)
+    monkeypatch.setattr(relinkwalk._Walker, "_append_to_parent", lambda *args: None)
 
     summary = run(root, s.fork.id, oplog_path=oplog)
 

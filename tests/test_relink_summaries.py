@@ -14,7 +14,8 @@ from userkit import cli_as
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.relink import RelinkAllResult, RelinkSummary, relink_all, rerun_helps
+from dsh_fork.relink import relink_all
+from dsh_fork.relinkresult import RelinkAllResult, RelinkSummary, rerun_helps
 
 NO_HOME = {"DSH_HOME": ""}
 __all__ = ["shared_tree"]  # the fixture: a root any user can reach, owned by nobody

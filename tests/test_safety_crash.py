@@ -49,7 +49,8 @@ from dsh_fork.fork import fork, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import encode_segment, project_key
 from dsh_fork.reader import current_generation, open_log
-from dsh_fork.relink import RelinkSummary, relink, relink_arg
+from dsh_fork.relink import relink, relink_arg
+from dsh_fork.relinkresult import RelinkSummary
 from dsh_fork.writer import is_own_temp
 
 DEEP = os.environ.get("DSH_FORK_FUZZ") == "deep"

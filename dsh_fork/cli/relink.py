@@ -11,7 +11,7 @@ from ..errors import UsageError
 from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, root_of, run
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
-    from ..relink import RelinkAllResult, RelinkSummary
+    from ..relinkresult import RelinkAllResult, RelinkSummary
     from .progress import Meter
 
 SKIP_REASONS = {

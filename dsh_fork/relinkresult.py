@@ -1,0 +1,168 @@
+"""What a relink reports (semantics §4.6): one fork child's ``RelinkSummary`` and the
+``RelinkAllResult`` of ``relink --all``, with the rule that says when a rerun can finish
+what failed.
+
+Apart from the planner and the walk so that a command that only shows or passes on a relink's
+outcome (fork, the CLI, porcelain) reads its shape without the machinery that makes it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from msgspec import Struct, field
+
+from .display import counted
+from .errors import Partial
+
+RERUN_CODES = frozenset(
+    ("SESSION_LOCKED", "SESSION_STALE", "SESSION_NOT_FOUND", "IO_ERROR", "UNRESUMABLE")
+)
+"""Failures a later run may not meet again (a lock released, a session that stopped
+changing, a transient I/O error, a copy's catalog fact or descriptor a rerun repairs). A
+corrupt log, a generation below v4 (DSH must open it first) or a descriptor that makes no
+catalog fact fail the same way on every run: no "Next:" is offered for them alone."""
+
+
+def rerun_helps(items: list[dict[str, Any]]) -> bool:
+    """Whether running the same command again can finish any of these failed items."""
+    return any(item.get("code") in RERUN_CODES for item in items)
+
+
+NO_AGENTS_REASON = "no-agents"
+"""Why ``relink --all`` leaves a fork alone: it was made with ``fork --no-agents``."""
+
+
+class RelinkSummary(Struct):
+    """The outcome of one fork child (semantics §4.6); ``to_json`` is the contract object."""
+
+    fork_child: str | None
+    source: str | None
+    dry_run: bool
+    copied: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    unrelated: list[str] = field(default_factory=list)
+    uncatalogable: list[dict[str, Any]] = field(default_factory=list)
+    catalogued: list[str] = field(default_factory=list)
+    descriptors_repaired: list[str] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unresumable: list[dict[str, str]] = field(default_factory=list)
+    """Written copies that failed the check made by reading them back (``resumable``):
+    ``{id, message}``; the contract object lists their ids, as the plugin's record does."""
+    unlisted: list[Path] | None = None
+    """Not part of the outcome: the dirs the run found unlisted, for ``sweep_abandoned``."""
+    temp_left: set[str] = field(default_factory=set)
+    """Not part of the outcome: the copies whose publish left its temp (rare), by id."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "forkChild": self.fork_child,
+            "source": self.source,
+            "copied": self.copied,
+            "skipped": self.skipped,
+            "unrelated": self.unrelated,
+            "uncatalogable": self.uncatalogable,
+            "catalogued": self.catalogued,
+            "descriptorsRepaired": self.descriptors_repaired,
+            "failed": self.failed,
+            "unresumable": [item["id"] for item in self.unresumable],
+            "dryRun": self.dry_run,
+            "warnings": self.warnings,
+        }
+
+    def clean_copies(self) -> frozenset[str]:
+        """The copies published with their temp removed, by id: ``sweep_abandoned`` does not
+        list their dirs again. Derived from the summary's rows, so a run of thousands of
+        copies keeps no second record of them while it walks."""
+        copies = {row["copy"] for row in self.copied if row["copy"] is not None}
+        return frozenset(copies - self.temp_left)
+
+    @property
+    def ok(self) -> bool:
+        """Exit 0: skips and unrelated children are normal outcomes, failures are not."""
+        return not self.failed and not self.uncatalogable and not self.unresumable
+
+    def problems(self) -> list[dict[str, Any]]:
+        """Every item that makes the run PARTIAL, named: failures, then uncatalogable copies."""
+        items = [dict(item) for item in self.failed]
+        for item in self.uncatalogable:
+            items.append(
+                {
+                    "id": item["id"],
+                    "code": "UNCATALOGABLE",
+                    "message": f"no catalog fact can be made: {item['reason']}",
+                }
+            )
+        for item in self.unresumable:
+            items.append({"id": item["id"], "code": "UNRESUMABLE", "message": item["message"]})
+        return items
+
+    def partial(self) -> Partial | None:
+        """The PARTIAL error (exit 10) this outcome amounts to, or None when it is a success."""
+        if self.ok:
+            return None
+        problems = self.problems()
+        total = len(self.copied) + len(self.skipped) + len(self.failed)
+        total += len(self.uncatalogable)
+        rerun = None
+        if rerun_helps(problems) and self.fork_child is not None and not self.dry_run:
+            rerun = f"dsh-fork relink {shlex.quote(self.fork_child)}"  # finishes what failed
+        return Partial(
+            f"{len(problems)} of {counted(max(total, len(problems)), 'item')} failed",
+            problems,
+            self.to_json(),
+            next_command=rerun,
+        )
+
+
+class RelinkAllResult(Struct):
+    """``relink --all``: one summary per fork child and every failure, each with its fork."""
+
+    results: list[RelinkSummary]
+    failed: list[dict[str, Any]]
+    forks: int = 0
+    dry_run: bool = False
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    """Fork children left alone on purpose: ``{forkChild, reason}`` (``no-agents``)."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings of the whole run (sessions that cannot be read and no fork's tree names)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "results": [r.to_json() for r in self.results],
+            "failed": self.failed,
+            "skipped": self.skipped,
+        }
+
+    @property
+    def warnings(self) -> list[str]:
+        """Each fork child's warnings, prefixed with its id."""
+        return self.notes + [f"{r.fork_child}: {w}" for r in self.results for w in r.warnings]
+
+    def partial(self) -> Partial | None:
+        """PARTIAL (exit 10) naming every failed item, where it failed (in which fork
+        children, or outside any: a session of the root that cannot be read), and
+        ``relink --all`` as the next step only when a rerun can finish something."""
+        if not self.failed:
+            return None
+        forks = {item["forkChild"] for item in self.failed if item["forkChild"] is not None}
+        outside = sum(1 for item in self.failed if item["forkChild"] is None)
+        inside = len(self.failed) - outside
+        of_forks = f"in {len(forks)} of {counted(self.forks, 'fork child', 'fork children')}"
+        failed = counted(len(self.failed), "item")
+        if not outside:
+            message = f"{failed} failed {of_forks}"
+        elif not inside:
+            message = f"{failed} failed outside any fork child"
+        else:
+            message = f"{failed} failed: {inside} {of_forks}, {outside} outside any fork child"
+        rerun = rerun_helps(self.failed) and not self.dry_run
+        return Partial(
+            message,
+            self.failed,
+            self.to_json(),
+            next_command="dsh-fork relink --all" if rerun else None,
+        )
