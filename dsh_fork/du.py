@@ -24,19 +24,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from msgspec import Struct, field
 
+from . import documents as docs
 from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .progress import SILENT, Progress, counter
 from .reader import FramedLog, SessionLog
-from .results import ReadOnly, rows
+from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
 
 
-class SessionUsage(Struct):
+class SessionUsage(Documented, Struct):
     """The bytes of one session dir; ``inherited`` is None when it could not be measured."""
 
     id: str
@@ -61,24 +62,24 @@ class SessionUsage(Struct):
     def saving(self) -> int:
         return (self.inherited or 0) if self.source_present else 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "path": self.path,
-            "kind": self.kind,
-            "family": self.family,
-            "bytes": self.bytes,
-            "logBytes": self.log_bytes,
-            "inheritedBytes": self.inherited,
-            "ownBytes": self.own,
-            "otherBytes": self.other,
-            "sourcePresent": self.source_present,
-            "shareable": self.saving,
-            "flags": self.flags,
-        }
+    def to_document(self) -> docs.Usage:
+        return docs.Usage(
+            id=self.id,
+            path=self.path,
+            kind=cast(docs.TreeKind, self.kind),
+            family=self.family,
+            bytes=self.bytes,
+            log_bytes=self.log_bytes,
+            inherited_bytes=self.inherited,
+            own_bytes=self.own,
+            other_bytes=self.other,
+            source_present=self.source_present,
+            shareable=self.saving,
+            flags=list(self.flags),
+        )
 
 
-class Group(Struct):
+class Group(Documented, Struct):
     """A family (by its top session) or a project dir: the sums of its sessions."""
 
     name: str
@@ -105,14 +106,14 @@ class Group(Struct):
         session: no empty group and no ``add`` call per session)."""
         return cls(name, 1, usage.bytes, usage.inherited or 0, usage.saving)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "sessions": self.sessions,
-            "bytes": self.bytes,
-            "inheritedBytes": self.inherited,
-            "shareable": self.saving,
-        }
+    def to_document(self) -> docs.UsageGroup:
+        return docs.UsageGroup(
+            name=self.name,
+            sessions=self.sessions,
+            bytes=self.bytes,
+            inherited_bytes=self.inherited,
+            shareable=self.saving,
+        )
 
 
 class DiskUsage(ReadOnly, Struct):
@@ -134,16 +135,17 @@ class DiskUsage(ReadOnly, Struct):
             total.merge(project)
         return total
 
-    def to_json(self) -> dict[str, Any]:
+    def to_document(self) -> docs.DuDocument:
         limit = self.top
-        return {
-            "root": str(self.root),
-            "session": self.session,
-            "total": self.total.to_json(),
-            "projects": rows(self.projects[:limit], Group.to_json),
-            "families": rows(self.families[:limit], Group.to_json),
-            "sessions": rows(self.sessions[:limit], SessionUsage.to_json),
-        }
+        return docs.DuDocument(
+            schema_version=SCHEMA_VERSION,
+            root=str(self.root),
+            session=self.session,
+            total=self.total.to_document(),
+            projects=rows(self.projects[:limit], Group.to_document),
+            families=rows(self.families[:limit], Group.to_document),
+            sessions=rows(self.sessions[:limit], SessionUsage.to_document),
+        )
 
 
 def inherited_bytes(log: SessionLog, cut: int) -> int:

@@ -1,25 +1,32 @@
 """The result protocol every command's result follows, and the JSON documents made of it.
 
 A command returns one typed result. Renderers read its attributes; ``--json`` prints
-``document(result)``: the result's ``to_json()`` with ``schemaVersion`` first. A result whose
-``partial()`` is an error (some items failed) is still printed in full, then exits 10; under
-``--json`` its document carries the error beside the result (``error``), so every field sits
-at the same JSON path whether the run was partial or not. The shapes are in documents.py.
+``document_of(result)``: the Struct of documents.py the result's ``to_document()`` builds,
+which is the one definition of the document (its schema is generated from the same Struct, and
+mypy holds every key and type of ``to_document`` to it). A result whose ``partial()`` is an
+error (some items failed) is still printed in full, then exits 10; under ``--json`` its
+document carries the error beside the result (``error``, the dict ``Partial.to_json`` makes:
+errors are open objects), so every field sits at the same JSON path whether the run was
+partial or not. ``to_json()`` is the same document as plain JSON
+values (dicts and lists), for the operation log and for callers that read keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, cast
+
+import msgspec
 
 from .errors import DshForkError, Partial
 
 T = TypeVar("T")
+S = TypeVar("S")
 
-SCHEMA_VERSION = 1
-"""Raised when a document changes incompatibly (a field removed, renamed or retyped); a result
-whose own document was raised alone says so in a ``schema_version`` attribute."""
+SCHEMA_VERSION: Final = 1
+"""Raised when a document changes incompatibly (a field removed, renamed or retyped); a
+document whose own version was raised alone says so in its Struct (list: 3)."""
 
 
 class Result(Protocol):
@@ -33,32 +40,63 @@ class Result(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
 
-class ReadOnly:
+class Documented:
+    """A value whose JSON is a Struct of documents.py: a subclass builds it in
+    ``to_document``; ``to_json`` is that Struct as plain JSON values (camelCase keys, in the
+    Struct's order, UNSET fields left out), never a second definition of its keys."""
+
+    __slots__ = ()
+
+    def to_document(self) -> msgspec.Struct:
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        return plain(self.to_document())
+
+
+def plain(value: msgspec.Struct) -> dict[str, Any]:
+    """A Struct of documents.py as the dict its JSON encoding reads back as."""
+    return cast(dict[str, Any], msgspec.to_builtins(value, enc_hook=listed))
+
+
+class ReadOnly(Documented):
     """A result that is read in one go: it succeeds whole or fails with one error, so it is
     never partial (a session it cannot read is an item of the result, named there)."""
+
+    __slots__ = ()
 
     def partial(self) -> Partial | None:
         return None
 
 
-def document(
+def document_of(
     result: Result, partial: Partial | None = None, *, rows_to_write: bool = False
-) -> dict[str, Any]:
+) -> msgspec.Struct:
     """The ``--json`` document of a result (with its PARTIAL error, when there is one).
 
     With ``rows_to_write``, a long list the result makes with ``rows`` is left as ``Rows``
     (its items and their conversion) for the writer, which converts and writes them a chunk
     at a time: a root's 100,000 rows are then never all converted at once.
     """
-    version: int = getattr(result, "schema_version", SCHEMA_VERSION)
     token = _ROWS_TO_WRITE.set(rows_to_write)
     try:
-        out: dict[str, Any] = {"schemaVersion": version, **result.to_json()}
+        if getattr(type(result), "to_document", Documented.to_document) is Documented.to_document:
+            version = getattr(result, "schema_version", SCHEMA_VERSION)  # TRANSITION
+            legacy: Any = {"schemaVersion": version, **result.to_json()}
+            if partial is not None:
+                legacy["error"] = partial.to_json()
+            return cast(msgspec.Struct, legacy)
+        out = cast(Documented, result).to_document()
     finally:
         _ROWS_TO_WRITE.reset(token)
     if partial is not None:
-        out["error"] = partial.to_json()
+        out = msgspec.structs.replace(out, error=partial.to_json())
     return out
+
+
+def document(result: Result, partial: Partial | None = None) -> dict[str, Any]:
+    """``document_of`` as plain JSON values."""
+    return plain(document_of(result, partial))
 
 
 class Rows:
@@ -83,15 +121,25 @@ class Rows:
 _ROWS_TO_WRITE: ContextVar[bool] = ContextVar("rows_to_write", default=False)
 
 
-def rows(items: Sequence[T], convert: Callable[[T], Any]) -> list[Any] | Rows:
-    """``[convert(item) for item in items]``: what a ``to_json`` returns for a list that may be
-    long. While ``document(..., rows_to_write=True)`` runs, a ``Rows`` instead (only the
-    writer of the document ever sees one)."""
+def rows(items: Sequence[T], convert: Callable[[T], S]) -> list[S]:
+    """``[convert(item) for item in items]``: what a ``to_document`` holds for a list that may
+    be long. While ``document_of(..., rows_to_write=True)`` runs, a ``Rows`` instead, typed as
+    the list it stands for: only the writer of the document ever sees one, and any other
+    encoder that meets one lists it (``listed``) or, without that hook, refuses it."""
     if _ROWS_TO_WRITE.get():
-        return Rows(items, convert)
+        return cast(list[S], Rows(items, convert))
     return [convert(item) for item in items]
 
 
+def listed(value: Any) -> Any:
+    """The encoders' ``enc_hook``: a ``Rows`` is written as the list it stands for."""
+    if isinstance(value, Rows):
+        return value.listed()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
 def error_document(error: DshForkError) -> dict[str, Any]:
-    """The ``--json`` document of a command that ended with an error (no result)."""
+    """The ``--json`` document of a command that ended with an error (no result). An error
+    object is open (each error adds the details that apply, documents.Error names the common
+    ones), so it stays the dict ``to_json`` makes, here and beside a partial result."""
     return {"schemaVersion": SCHEMA_VERSION, "error": error.to_json()}

@@ -36,7 +36,7 @@ from ..errors import (
     UsageError,
     unwritten_output,
 )
-from ..results import Result, document, error_document
+from ..results import Result, document_of, error_document
 from ..times import iso_ms
 
 T = TypeVar("T")
@@ -467,7 +467,7 @@ def emit(out: Out, result: R, render: Callable[[Out, R], None]) -> None:
         out.warn(warning)
     partial = result.partial()
     if out.json_mode:
-        out.json(document(result, partial, rows_to_write=True))
+        out.json(document_of(result, partial, rows_to_write=True))
     elif not out.quiet:
         render(out, result)
     if partial is not None:
