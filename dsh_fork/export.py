@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import os
-import secrets
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,8 +59,8 @@ from .layout import decode_segment, expand_home, project_dir_name
 from .locking import running
 from .model import derive
 from .progress import SILENT, Progress
-from .reader import check_version, open_log
-from .source import copy_range
+from .reader import SessionLog, check_version, open_log
+from .source import FileBytes, copy_range, stale
 from .tarstream import STDIN_NAME, Compression, TarWriter
 
 TEMP_SUFFIX = ".dsh-fork.tmp"
@@ -314,7 +314,8 @@ class _Walk:
         return found
 
     def _read(self, session_dir: Path, role: Role) -> BundleSession:
-        """One read of the highest generation: described, and its committed part written."""
+        """One read of the highest generation: checked, described, and its committed part
+        written."""
         _refuse_links(session_dir)
         generation = select(list_generations(session_dir))
         if generation is None:
@@ -328,9 +329,18 @@ class _Walk:
                 path=str(generation.path),
             )
         log = open_log(generation, collect=("session/end-seed",))
+        try:
+            return self._store(session_dir, role, generation.version, log)
+        finally:
+            if isinstance(log.content, FileBytes):
+                log.content.close()  # the descriptor a large log is read through
+
+    def _store(self, session_dir: Path, role: Role, version: int, log: SessionLog) -> BundleSession:
+        """The committed part of ``log`` into the spool, hashed as it is written: the bytes
+        pass through one buffer (a log is never held whole), read once more from the
+        descriptor the check read (held in memory when small: not read again)."""
         header = log.header
         committed = log.size if log.torn is None else log.torn.offset
-        data = memoryview(zframes.head(log.content, committed))
         lock_held = running(session_dir)
         if lock_held:
             self.warnings.append(
@@ -342,8 +352,19 @@ class _Walk:
                 f"{header.id} has a torn tail of {log.torn.size} bytes: only its complete "
                 "frames are exported"
             )
-        facts = derive(header, log.event_count, log.collected)
         project = project_dir_name(header.cwd)
+        member = bundle.member_name(project, header.id)
+        digest = hashlib.sha256()
+        progress = self.root.progress or SILENT
+
+        def pieces() -> Iterator[memoryview]:
+            for piece in _pieces(log.content, committed):
+                digest.update(piece)
+                yield piece
+                progress.advance(len(piece))
+
+        self.logs.add_pieces(member, committed, pieces(), self.mtime, stored=True)
+        facts = derive(header, log.event_count, log.collected)
         session = BundleSession(
             id=header.id,
             role=role,
@@ -351,22 +372,39 @@ class _Walk:
             origin=header.origin,
             cwd=header.cwd,
             project_dir=project,
-            generation=generation.version,
+            generation=version,
             created_at=header.created_at,
             is_seeded=header.is_seeded,
             delegation_depth=header.delegation_depth,
             events=log.event_count,
             cut=facts.cut,
-            member=bundle.member_name(project, header.id),
+            member=member,
             size=committed,
-            sha256=bundle.digest_of(data),
+            sha256=digest.hexdigest(),
             lock_held=lock_held,
         )
-        self.logs.add(session.member, data, self.mtime, stored=True)
-        (self.root.progress or SILENT).advance(len(data))
         self._named.add(str(session_dir))
         self.sessions.append(session)
         return session
+
+
+def _pieces(content: zframes.Data, end: int) -> Iterator[memoryview]:
+    """Bytes ``0..end-1`` of a log in pieces of ``COPY_PIECE``: slices of the bytes held, or
+    read from the descriptor into one buffer used again for every piece (a piece is used
+    before the next is read). A file shorter than its read is SESSION_STALE."""
+    if not isinstance(content, FileBytes):
+        view = memoryview(content)[:end]
+        for pos in range(0, end, COPY_PIECE):
+            yield view[pos : pos + COPY_PIECE]
+        return
+    buffer = memoryview(bytearray(COPY_PIECE))
+    pos = 0
+    while pos < end:
+        done = os.preadv(content.fd, [buffer[: min(COPY_PIECE, end - pos)]], pos)
+        if done <= 0:
+            raise stale(content.path)
+        yield buffer[:done]
+        pos += done
 
 
 def _refuse_links(session_dir: Path) -> None:
@@ -412,7 +450,7 @@ def _spool_ended(spool: IO[bytes]) -> Exception:
 def _write(
     target: Path, kind: Compression, manifest: Manifest, spool: IO[bytes], mtime: int
 ) -> int:
-    temp = target.with_name(f"{target.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+    temp = target.with_name(f"{target.name}.{os.urandom(6).hex()}{TEMP_SUFFIX}")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as exc:

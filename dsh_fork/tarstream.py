@@ -28,7 +28,7 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any, Literal, Protocol
 
 import zstandard
@@ -543,22 +543,44 @@ _STORED_WINDOW = 0x38
 _RAW_BLOCK = 128 * 1024
 
 
-def stored_frame(data: bytes | memoryview) -> Iterator[bytes | memoryview]:
-    """``data`` as one zstd frame of raw blocks (format §5's container, nothing compressed),
-    in pieces that slice ``data`` rather than copy it: a log is zstd already, so compressing
-    it again costs CPU time and saves nothing. No checksum: the manifest's sha256 of every log
-    is what import verifies."""
-    view = memoryview(data)
+def stored_frame(size: int, pieces: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """``size`` bytes given in ``pieces`` as one zstd frame of raw blocks (format §5's container,
+    nothing compressed), in pieces that slice the given ones rather than copy them: a log is
+    zstd already, so compressing it again costs CPU time and saves nothing. No checksum: the
+    manifest's sha256 of every log is what import verifies. A piece is used before the next
+    is asked for, so a reader may hand out one buffer again and again."""
     yield _ZSTD_MAGIC + bytes((0x00, _STORED_WINDOW))
-    pos = 0
-    while True:
-        piece = view[pos : pos + _RAW_BLOCK]
-        pos += len(piece)
-        last = pos >= len(view)
-        yield ((len(piece) << 3) | int(last)).to_bytes(3, "little")
-        yield piece
-        if last:
-            return
+    done = 0
+    held = b""  # the start of a block cut by a piece's end (rare: pieces are whole blocks)
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        if held:
+            cut = _RAW_BLOCK - len(held)
+            block = bytes(held) + bytes(view[:cut])
+            view = view[cut:]
+            if len(block) < _RAW_BLOCK and done + len(block) < size:
+                held = block
+                continue
+            held = b""
+            done += len(block)
+            yield _block_header(len(block), done >= size)
+            yield block
+        while len(view) >= _RAW_BLOCK or (view and done + len(view) >= size):
+            block_view = view[:_RAW_BLOCK]
+            view = view[len(block_view) :]
+            done += len(block_view)
+            yield _block_header(len(block_view), done >= size)
+            yield block_view
+        if view:
+            held = bytes(view)
+    if done != size:
+        raise ValueError(f"a stored member of {size} bytes was given {done + len(held)}")
+    if size == 0:
+        yield _block_header(0, True)
+
+
+def _block_header(length: int, last: bool) -> bytes:
+    return ((length << 3) | int(last)).to_bytes(3, "little")
 
 
 class _Counted:
@@ -610,22 +632,40 @@ class TarWriter:
 
     def add(self, name: str, data: bytes | memoryview, mtime: int, *, stored: bool = False) -> None:
         """A regular file 0600 owned by nobody in particular: nothing of this machine leaks."""
+        self.add_pieces(name, len(data), (data,), mtime, stored=stored)
+
+    def add_pieces(
+        self,
+        name: str,
+        size: int,
+        pieces: Iterable[bytes | memoryview],
+        mtime: int,
+        *,
+        stored: bool = False,
+    ) -> None:
+        """``add`` of a member of ``size`` bytes given in pieces, each written before the next
+        is asked for (a log is copied through one buffer, never held whole)."""
         import tarfile  # only a writer needs its header encoder
 
         info = tarfile.TarInfo(name)
-        info.size = len(data)
+        info.size = size
         info.mode = 0o600
         info.mtime = mtime
         info.type = tarfile.REGTYPE
         self._put(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
         if stored and self._compression == "zst":
             self._flush_meta()
-            for piece in stored_frame(data):
-                self._out.write(piece)
-            self._written += len(data)
+            for part in stored_frame(size, pieces):
+                self._out.write(part)
+            self._written += size
         else:
-            self._put(data)
-        self._put(bytes(_padded(len(data)) - len(data)))
+            done = 0
+            for piece in pieces:
+                done += len(piece)
+                self._put(piece)
+            if done != size:
+                raise ValueError(f"a member of {size} bytes was given {done}")
+        self._put(bytes(_padded(size) - size))
 
     def close(self, *, end: bool = True) -> None:
         """Finish the compressed stream; with ``end`` after the end-of-archive marker (two

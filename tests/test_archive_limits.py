@@ -239,3 +239,42 @@ def test_a_gzip_bomb_behind_a_valid_tar_is_bounded(
 
     assert_refused(code, stderr, peak, "too large")
     assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "sizes", [[0], [1], [128 * 1024], [100_000, 200_000, 7], [1, 131_071, 131_073]]
+)
+def test_a_member_given_in_pieces_is_the_member_given_whole(sizes: list[int]) -> None:
+    """A log is copied into the archive a buffer at a time: however its pieces are cut, the
+    stored member is the bytes given whole, in raw blocks a tar reader takes as they are."""
+    from dsh_fork.tarstream import TarWriter
+
+    data = os.urandom(sum(sizes))
+    pieces = []
+    pos = 0
+    for size in sizes:
+        pieces.append(memoryview(data)[pos : pos + size])
+        pos += size
+    whole, cut = io.BytesIO(), io.BytesIO()
+    for out, parts in ((whole, [data]), (cut, pieces)):
+        writer = TarWriter(out, "zst")
+        writer.add_pieces("log", len(data), iter(parts), 0, stored=True)
+        writer.close()
+    assert cut.getvalue() == whole.getvalue()
+    plain = (
+        zstandard.ZstdDecompressor()
+        .stream_reader(io.BytesIO(cut.getvalue()), read_across_frames=True)
+        .read()
+    )
+    with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
+        member = tar.extractfile("log")
+        assert member is not None
+        assert member.read() == data
+
+
+def test_a_member_given_fewer_bytes_than_its_size_is_a_defect() -> None:
+    from dsh_fork.tarstream import TarWriter
+
+    writer = TarWriter(io.BytesIO(), "zst")
+    with pytest.raises(ValueError, match="10 bytes"):
+        writer.add_pieces("log", 10, iter([b"12345"]), 0, stored=True)
