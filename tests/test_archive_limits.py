@@ -250,13 +250,14 @@ def test_a_member_given_in_pieces_is_the_member_given_whole(sizes: list[int]) ->
     from dsh_fork.tarstream import TarWriter
 
     data = os.urandom(sum(sizes))
-    pieces = []
+    pieces: list[bytes | memoryview] = []
     pos = 0
     for size in sizes:
         pieces.append(memoryview(data)[pos : pos + size])
         pos += size
     whole, cut = io.BytesIO(), io.BytesIO()
-    for out, parts in ((whole, [data]), (cut, pieces)):
+    given: list[tuple[io.BytesIO, list[bytes | memoryview]]] = [(whole, [data]), (cut, pieces)]
+    for out, parts in given:
         writer = TarWriter(out, "zst")
         writer.add_pieces("log", len(data), iter(parts), 0, stored=True)
         writer.close()
