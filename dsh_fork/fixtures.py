@@ -18,12 +18,13 @@ import orjson
 from msgspec import Struct, field
 
 from . import frames as zframes
+from .durable import ensure_session_dir
 from .errors import Partial, UsageError
 from .generations import canonical_name
 from .layout import encode_segment, project_dir_name
 from .progress import SILENT, Progress
 from .records import dumps_record, encode_header
-from .writer import Body, ensure_session_dir, publish
+from .writer import Body, publish
 
 FIXTURE_EPOCH_MS = 1767225600000  # 2026-01-01T00:00:00Z
 _WORDS = (

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from msgspec import Struct, field
 
-from . import bundle, seeded, tarstream, writer
+from . import appending, bundle, durable, seeded, tarstream, writer
 from . import frames as zframes
 from .bundle import BundleSession, CheckedLog, Manifest, Member, Role
 from .catalog import fact_from_descriptor
@@ -533,7 +533,7 @@ def _draft(
 ) -> writer.Draft:
     """The item's session dir (made) and what to publish in it: a publish that fails takes
     away the dirs it made (``writer.publish_draft``)."""
-    dirs, fresh = writer.open_session_dir(
+    dirs, fresh = durable.open_session_dir(
         root.path, item.path.parent.parent.name, item.path.parent.name
     )
     return writer.Draft(
@@ -569,13 +569,13 @@ def _catalogue(
 
         def build(
             log: SessionLog, current: Facts, facts: list[dict[str, Any]] = facts
-        ) -> list[writer.NewEvent]:
+        ) -> list[appending.NewEvent]:
             present = {entry.child_id for entry in current.own_catalog()}
             now = clock()
             new = [f for f in facts if f["childId"] not in present]
             return [("subagent/catalog", now, f) for f in new]
 
-        writer.append(parent.path.parent, build, collect=_APPEND_TYPES)
+        appending.append(parent.path.parent, build, collect=_APPEND_TYPES)
         parent.catalogued = sorted(k.id for k in kids)
 
 

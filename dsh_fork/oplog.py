@@ -20,11 +20,11 @@ from typing import Any
 
 import orjson
 
+from .durable import make_private_dirs
 from .errors import IoError
 from .fsdir import open_regular
 from .ids import ClockMs, now_ms
 from .records import dumps_record
-from .writer import make_private_dirs
 
 COPYING = "copying subagent tree"
 PROGRESS = "copy progress"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import layout, writer
+from . import appending, layout, writer
 from . import oplog as messages
 from .discovery import Root, SessionEntry, locate
 from .errors import (
@@ -422,7 +422,7 @@ def _read_fork_child(
                 "repairs it first"
             )
         return log, facts_of(log)
-    appended = writer.append(
+    appended = appending.append(
         fork_child_dir, lambda _log, _facts: [], lock=lock, collect=_APPEND_TYPES
     )
     if appended.repaired_tail:

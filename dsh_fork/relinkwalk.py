@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from msgspec import Struct
 
-from . import layout, seeded, writer
+from . import appending, durable, layout, seeded, writer
 from . import oplog as messages
 from .catalog import fact_from_descriptor
 from .discovery import Root
@@ -105,7 +105,7 @@ class _Walker:
     def sync(self) -> None:
         """Make the new copies' directory entries durable before anything refers to them."""
         if self.unsynced:
-            writer.sync_dirs(self.unsynced)
+            durable.sync_dirs(self.unsynced)
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -348,14 +348,14 @@ class _Walker:
             return
         appended: list[str] = []
 
-        def build(log: SessionLog, facts: Facts) -> list[writer.NewEvent]:
+        def build(log: SessionLog, facts: Facts) -> list[appending.NewEvent]:
             if facts.own_descriptors():
                 return []
             appended.append(child.id)
             return [("subagent/descriptor", self.clock(), data)]
 
         try:
-            writer.append(child.entry.session_dir, build, collect=_APPEND_TYPES)
+            appending.append(child.entry.session_dir, build, collect=_APPEND_TYPES)
         except SessionLocked:
             self._skip(child.id, "running")
             return
@@ -388,7 +388,7 @@ class _Walker:
         catalogued: list[str] = []
         descriptor_added: list[bool] = []
 
-        def build(log: SessionLog, current: Facts) -> Iterator[writer.NewEvent]:
+        def build(log: SessionLog, current: Facts) -> Iterator[appending.NewEvent]:
             """The events to append, each fact parsed as the writer takes it (one at a time)."""
             now = self.clock()
             if own_descriptor is not None and not current.own_descriptors():
@@ -406,7 +406,7 @@ class _Walker:
         assert parent.id is not None
         try:
             self.sync()
-            writer.append(
+            appending.append(
                 parent.session_dir,
                 build,
                 lock=parent.lock,

@@ -30,7 +30,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from . import writer
+from . import durable, writer
 from .closers import Closer
 from .discovery import Root
 from .errors import DshForkError, InternalError
@@ -267,7 +267,7 @@ def draft(
 
     Whole compressed frames of the prefix are copied verbatim; only the frame holding the last
     inherited event is re-framed (``SessionLog.prefix_run``). With ``deferred`` the new dirs'
-    parents are fsynced by the caller (``writer.sync_dirs``) before anything refers to them.
+    parents are fsynced by the caller (``durable.sync_dirs``) before anything refers to them.
     """
     run, _, cut_lines = source.prefix_run(seeded.inherited - 1)
     return _draft(root, seeded, run, cut_lines, deferred)
@@ -282,7 +282,7 @@ def _draft(
 ) -> writer.Draft:
     body = writer.Body(frames=[run] if run else [], tail=cut_lines + seeded.own_lines())
     where = (root.path, project_dir_name(seeded.cwd), encode_segment(seeded.session_id))
-    dirs, fresh = writer.open_session_dir(*where, deferred=deferred)
+    dirs, fresh = durable.open_session_dir(*where, deferred=deferred)
     return writer.Draft(dirs.path, seeded.header_line(), body, dirs=dirs, fresh=fresh)
 
 

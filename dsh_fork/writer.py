@@ -1,296 +1,52 @@
-"""Durable writes: publishing a new session and appending whole frames (format §14).
+"""Publishing a new session (format §14.1): the one way a session dsh-fork writes comes to exist.
 
 A new session appears the way DSH materialises one: the canonical file name is created last, by
 ``link`` from a fully written and fsynced temp file, so a crash at any point leaves either no
-session or a complete one. Appends are one checksummed frame each, under ``session.lock``, rolled
-back on failure. Every step goes through ``faults`` so tests can fail or crash after any of them.
+session or a complete one. A batch of sessions is published step by step for the whole batch,
+so their fsyncs overlap. Every step goes through ``faults`` so tests can fail or crash after
+any of them.
 
 Every write is made relative to the descriptors of the dirs it resolved, from the root down
 (``fsdir``), and is checked under the lock to still be the dir those names lead to: a session
 or project dir swapped for a symbolic link, or moved, fails the write instead of sending it out
-of the root. A log with more than one hard link is never changed in place (``append``).
-
-Every ``OSError`` the public functions meet (disk full, permission denied, read-only
-filesystem, I/O error) leaves them as one ``IoError`` naming the path (``_io``), after the
-step's own cleanup ran. Temp files carry a name of their own (``own_temp_name``), so a later
-run, holding the session's lock, removes the temps a dead dsh-fork run left and never a temp
-of DSH or of another tool.
+of the root. Appending to an existing log is ``appending``; the primitive steps both use are
+``durable``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
-import re
-import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from msgspec import Struct, field
 
-from . import faults, fsdir
+from . import faults
 from . import frames as zframes
-from .catalog import catalog_problem
-from .errors import (
-    DshForkError,
-    InternalError,
-    IoError,
-    SessionAlreadyExists,
-    SessionStale,
-    UnsupportedFormat,
+from .durable import (
+    FILE_MODE,
+    _copy_run,
+    _fsync,
+    _fsync_dir_fd,
+    _generation_names,
+    _generations_among,
+    _remove_own_temps,
+    _remove_temps_among,
+    _write_frames,
+    is_own_temp,
+    own_temp_name,
 )
-from .fsdir import DIR_FLAGS, DIR_MODE, DirChain, DirFd, hand_over
-from .generations import CURRENT_NAME, LOCK_NAME, SUPPORTED_VERSION, Generation, parse_name
+from .errors import DshForkError, IoError, SessionAlreadyExists
+from .fsdir import DirChain, DirFd
+from .generations import CURRENT_NAME, LOCK_NAME
 from .locking import SessionLock
-from .model import MODEL_TYPES, Facts, facts_of
-from .reader import SessionLog, open_log, parse_recovered
-from .records import encode_event
 from .source import FileRun, copy_range
 
 if TYPE_CHECKING:  # the pool is started only by a relink that publishes batches
     from concurrent.futures import Future, ThreadPoolExecutor
-
-FILE_MODE = 0o600
-
-OWN_RANGE_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
-"""What every append re-reads: the cut and the catalog, for the own-range uniqueness check."""
-
-NewEvent = tuple[str, int, Any]
-"""An event dsh-fork creates: (type, time, data); the writer gives it its seq."""
-
-OWN_TEMP_SUFFIX = ".dsh-fork.tmp"
-_OWN_TEMP = re.compile(re.escape(CURRENT_NAME) + r"\.[0-9a-f]{12}" + re.escape(OWN_TEMP_SUFFIX))
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _io(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """The one place where the writer meets an OSError: it leaves as an ``IoError``."""
-
-    @functools.wraps(function)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return function(*args, **kwargs)
-        except IoError:
-            raise
-        except OSError as exc:  # one on a descriptor names no file: name the first path
-            where = next((a for a in args if isinstance(a, (Path, str))), None)
-            raise IoError.of(exc, where=where) from exc
-
-    return wrapper
-
-
-def own_temp_name() -> str:
-    """``session.v4.jsonl.zstd.<12 hex>.dsh-fork.tmp``: non-canonical, so DSH ignores it, and
-    distinct from DSH's own ``<final>.<12 hex>.tmp``, so a sweep never takes a temp of DSH."""
-    return f"{CURRENT_NAME}.{os.urandom(6).hex()}{OWN_TEMP_SUFFIX}"
-
-
-def is_own_temp(name: str) -> bool:
-    return _OWN_TEMP.fullmatch(name) is not None
-
-
-# -- primitive steps ------------------------------------------------------------------------
-
-
-def fsync_dir(path: Path) -> None:
-    faults.step("fsync-dir", path)
-    fd = os.open(path, fsdir.DIR_FLAGS)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    faults.done("fsync-dir", path)
-
-
-def _fsync_dir_fd(handle: DirFd) -> None:
-    faults.step("fsync-dir", handle.path)
-    handle.fsync()
-    faults.done("fsync-dir", handle.path)
-
-
-def _write_all(fd: int, data: bytes | memoryview, path: Path, kind: str = "write") -> None:
-    """Write everything, looping over short writes; a ``tear`` plan writes half, then dies."""
-    faults.step(kind, path)
-    view = memoryview(data)
-    torn = faults.tear_at(len(view))
-    if torn is not None:
-        view = view[:torn]
-    _write_rest(fd, view)
-    faults.done(kind, path)
-
-
-def _write_rest(fd: int, view: memoryview) -> None:
-    """Write all of ``view``, looping over short writes."""
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _write_frames(fd: int, frames: list[bytes | memoryview], path: Path) -> None:
-    """``_write_all`` of several frames in one ``writev`` (a small copy is three frames: one
-    system call, not three). Under a fault plan each frame stays a step of its own."""
-    if faults.active() or len(frames) == 1:
-        for frame in frames:
-            _write_all(fd, frame, path)
-        return
-    for start in range(0, len(frames), _IOV_MAX):
-        group = frames[start : start + _IOV_MAX]
-        total = sum(len(frame) for frame in group)
-        written = os.writev(fd, group)
-        if written != total:  # a short write: the rest, looping
-            _write_rest(fd, memoryview(b"".join(group))[written:])
-
-
-_IOV_MAX = 1024
-"""The most buffers one ``writev`` takes (POSIX's IOV_MAX on Linux); more is EINVAL."""
-
-
-def _copy_run(fd: int, run: FileRun, path: Path) -> None:
-    """``_write_all`` of a run of another file's bytes, copied file to file."""
-    faults.step("write", path)
-    run.copy_to(fd, faults.tear_at(len(run)))
-    faults.done("write", path)
-
-
-def _fsync(fd: int, path: Path) -> None:
-    faults.step("fsync", path)
-    os.fsync(fd)
-    faults.done("fsync", path)
-
-
-def make_private_dirs(path: Path) -> None:
-    """``mkdir -p`` with every created directory 0700 whatever the umask (DSH's mode);
-    ``Path.mkdir(parents=True)`` would give the intermediate ones the umask's default."""
-    missing: list[Path] = []
-    current = path
-    while not os.path.lexists(current):
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, DIR_MODE)
-            _hand_over_dir(directory)
-
-
-def _hand_over_dir(directory: Path) -> None:
-    """A dir made by path (the root and its missing parents) goes to its parent's owner
-    when a run as root makes it in a user's home (``fsdir.hand_over``)."""
-    if os.geteuid() != 0:
-        return
-    fd = os.open(directory, DIR_FLAGS)
-    try:
-        hand_over(fd, directory.parent)
-    finally:
-        os.close(fd)
-
-
-def _ensure_root(root: Path, deferred: set[Path] | None) -> None:
-    """The root itself, made 0700 with its missing parents (the only dirs made by path)."""
-    if os.path.lexists(root):
-        return
-    make_private_dirs(root.parent)
-    faults.step("mkdir", root)
-    try:
-        os.mkdir(root, DIR_MODE)
-    except FileExistsError:
-        return
-    _hand_over_dir(root)
-    faults.done("mkdir", root)
-    if deferred is not None:
-        deferred.add(root.parent)
-    else:
-        fsync_dir(root.parent)
-
-
-@_io
-def ensure_session_dir(
-    root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
-) -> Path:
-    """root/project/segment, each created 0700 if missing, none of them a symlink.
-
-    The project and session dirs are made relative to their parent's descriptor, never
-    through a path a symbolic link could redirect (``fsdir``). With ``deferred``, the parents
-    of created dirs are added to that set instead of being fsynced one by one; the caller
-    fsyncs them (``sync_dirs``) before any durable record refers to the new sessions. A batch
-    of copies then costs one project-dir fsync, not one per copy; a crash before it can only
-    lose sessions nothing refers to yet.
-    """
-    dirs, _ = _make_session_dir(root, project, segment, deferred)
-    dirs.close()
-    return dirs.path
-
-
-@_io
-def open_session_dir(
-    root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
-) -> tuple[DirChain, bool]:
-    """``ensure_session_dir``, the dirs it went through left open: a publish into the new
-    dir locks through them (``Draft.dirs``) instead of opening the three dirs again. Also
-    says whether the session dir was created here (``Draft.fresh``)."""
-    return _make_session_dir(root, project, segment, deferred)
-
-
-def _make_session_dir(
-    root: Path, project: str, segment: str, deferred: set[Path] | None
-) -> tuple[DirChain, bool]:
-    _ensure_root(root, deferred)
-    session_dir = root / project / segment
-    opened = [DirFd.open(root, root)]
-    made: list[DirFd] = []
-    try:
-        for path in (root / project, session_dir):
-            parent = opened[-1]
-            created = False
-            if not parent.exists(path.name):
-                faults.step("mkdir", path)
-                created = parent.mkdir(path.name)
-                faults.done("mkdir", path)
-            opened.append(DirFd.open(path.name, path, parent))
-            if created:
-                made.append(opened[-1])
-                if deferred is not None:
-                    deferred.add(parent.path)
-                else:
-                    _fsync_dir_fd(parent)
-    except BaseException as exc:
-        if isinstance(exc, Exception):  # a failure, not a crash: the dirs made go again
-            for child, parent in zip(opened[:0:-1], opened[-2::-1], strict=True):
-                if child in made and not parent.remove_dir(child):
-                    break
-        for handle in opened:
-            handle.close()
-        raise
-    dirs = DirChain(opened[0], opened[1], opened[2], tuple(made))
-    return dirs, opened[2] in made
-
-
-@_io
-def sync_dirs(deferred: set[Path]) -> None:
-    """fsync the directories collected by ``ensure_session_dir(deferred=...)``, deepest first."""
-    for path in sorted(deferred, key=lambda p: len(p.parts), reverse=True):
-        fsync_dir(path)
-    deferred.clear()
-
-
-def _generation_names(handle: DirFd) -> list[tuple[int, str, str]]:
-    """(version, encoding, name) of the canonical names in a held dir, lowest first."""
-    return _generations_among(handle.listdir())
-
-
-def _generations_among(names: list[str]) -> list[tuple[int, str, str]]:
-    found: list[tuple[int, str, str]] = []
-    for name in names:
-        parsed = parse_name(name)
-        if parsed is not None:
-            found.append((parsed[0], parsed[1], name))
-    found.sort(key=lambda g: (g[0], g[1] == "zstd"))
-    return found
 
 
 # -- publishing -----------------------------------------------------------------------------
@@ -854,26 +610,6 @@ def _unlink_temp(handle: DirFd, temp: str) -> bool:
     return True
 
 
-def _remove_own_temps(handle: DirFd) -> list[str]:
-    """Remove the temps dead dsh-fork runs left; the caller holds the dir's lock, so no live
-    dsh-fork publish owns them. Best effort: a temp that stays is still an ignored name."""
-    try:
-        names = handle.listdir()
-    except OSError:
-        return []
-    return _remove_temps_among(handle, names)
-
-
-def _remove_temps_among(handle: DirFd, names: list[str]) -> list[str]:
-    removed: list[str] = []
-    for name in names:
-        if is_own_temp(name):
-            with contextlib.suppress(OSError):
-                handle.unlink(name)
-                removed.append(name)
-    return removed
-
-
 def sweep_own_temps(session_dir: Path) -> list[str]:
     """Remove the temps dead dsh-fork runs left in a dir (a publish interrupted before its
     link leaves one in a dir that holds no session; one interrupted after it, beside the
@@ -894,172 +630,3 @@ def sweep_own_temps(session_dir: Path) -> list[str]:
         return _remove_own_temps(lock.dirs.session)
     finally:
         lock.release()
-
-
-# -- appending ------------------------------------------------------------------------------
-
-
-class Appended(Struct):
-    """What an append did: the seqs it wrote and whether it repaired a torn tail first."""
-
-    first_seq: int
-    count: int
-    repaired_tail: bool
-    log: SessionLog
-    facts: Facts
-
-
-Builder = Callable[[SessionLog, Facts], Iterable[NewEvent]]
-"""What to append, given the log as it is under the lock; it may be a generator, which the
-encoding consumes one event at a time."""
-
-
-@_io
-def append(
-    session_dir: Path,
-    build: Builder,
-    *,
-    lock: SessionLock | None = None,
-    collect: frozenset[str] = MODEL_TYPES,
-    cut: int = 0,
-) -> Appended:
-    """Re-read a v4 log under its lock, repair a torn tail, append what ``build`` returns.
-
-    ``build`` sees the log as it is under the lock, so uniqueness decisions are never made on
-    a stale read. An empty build appends nothing. ``collect`` names the event types ``build``
-    needs in its facts; a narrow set keeps the re-read of a huge log cheap. The catalog and
-    the end-seed markers are always collected: the uniqueness check of new catalog facts
-    needs the own range. ``cut``: the log's cut as the caller read it under the lock it still
-    holds; ``build`` then gets the facts of the own range only (the inherited events are not
-    parsed again), or of the whole log when its cut is not that one.
-
-    The log is reached through the locked dir's descriptor and must be the very file that was
-    read (device and inode), a regular file with one link: a log shared with a hard-linked
-    backup is refused, never changed in place (the backup would change with it).
-    """
-    collect = collect | OWN_RANGE_TYPES
-    own_lock = lock is None
-    held = lock if lock is not None else SessionLock(session_dir).acquire()
-    try:
-        dirs = held.dirs
-        if not own_lock:
-            dirs.verify()  # a lock held for a while: its dir may have been moved since
-        _remove_own_temps(dirs.session)
-        log = _read_for_write(dirs, collect, cut)
-        repaired = False
-        if log.torn is not None:
-            _repair_torn_tail(dirs.session, log)
-            repaired = True
-            log = _read_for_write(dirs, collect, cut)
-        facts = facts_of(log)
-        if cut and facts.cut != cut:  # not the log the caller read: the facts of all of it
-            log = _read_for_write(dirs, collect)
-            facts = facts_of(log)
-        lines = _encode_new(build(log, facts), log.event_count, facts)
-        if not lines:
-            return Appended(log.event_count, 0, repaired, log, facts)
-        _append_frame(dirs.session, log, b"".join(lines), log.size)
-        return Appended(log.event_count, len(lines), repaired, log, facts)
-    finally:
-        if own_lock:
-            held.release()
-
-
-def _read_for_write(dirs: DirChain, collect: frozenset[str], cut: int = 0) -> SessionLog:
-    handle = dirs.session
-    names = _generation_names(handle)
-    if not names:
-        raise InternalError(f"{handle.path} holds no session to append to")
-    version, encoding, name = names[-1]
-    path = handle.entry(name)
-    if version != SUPPORTED_VERSION or encoding != "zstd":
-        raise UnsupportedFormat(
-            f"{handle.path.name}: only v4 zstd logs are written (found v{version} {encoding})",
-            version=version,
-        )
-    _check_writable(path, handle.lstat(name))
-    log = open_log(Generation(path, version, "zstd"), collect=collect, collect_from=cut)
-    dirs.verify()  # the read went by path: it read the locked dir only if nothing moved
-    _check_same(path, log, handle.lstat(name))
-    return log
-
-
-def _check_writable(path: Path, st: os.stat_result) -> None:
-    """A log is changed in place only when it is a regular file with exactly one link."""
-    if stat.S_ISLNK(st.st_mode):
-        raise fsdir.symlink_refusal(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise fsdir.not_regular(path, st.st_mode)
-    if st.st_nlink > 1:
-        raise IoError(
-            f"refusing to append to {path}: it has {st.st_nlink} hard links, and another name "
-            "of the same file (a backup made with cp -al, say) would change with it; copy the "
-            "file (cp without -l) to break the link, then run again",
-            errno=errno.EMLINK,
-            path=str(path),
-        )
-
-
-def _check_same(path: Path, log: SessionLog, st: os.stat_result) -> None:
-    if (st.st_dev, st.st_ino) != log.identity[:2]:
-        raise SessionStale(f"{path} was replaced while it was being read", path=str(path))
-
-
-def _open_log_for_write(handle: DirFd, log: SessionLog, flags: int) -> int:
-    """The log's fd, opened through the locked dir: the file that was read, still one link."""
-    fd = handle.open_file(log.path.name, flags)
-    try:
-        st = os.fstat(fd)
-        _check_writable(log.path, st)
-        _check_same(log.path, log, st)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _encode_new(new: Iterable[NewEvent], first_seq: int, facts: Facts) -> list[bytes]:
-    """Seqs from the event count; catalog facts checked against DSH's schema and uniqueness."""
-    own_ids = {entry.child_id for entry in facts.own_catalog()}
-    lines: list[bytes] = []
-    for offset, (event_type, time, data) in enumerate(new):
-        if event_type == "subagent/catalog":
-            problem = catalog_problem(data)
-            if problem is not None or data["childId"] in own_ids:
-                raise InternalError(f"refusing to append an invalid catalog fact: {problem}")
-            own_ids.add(data["childId"])
-        lines.append(encode_event(event_type, first_seq + offset, time, data))
-    return lines
-
-
-def _append_frame(handle: DirFd, log: SessionLog, plaintext: bytes, old_size: int) -> None:
-    """One complete frame with O_APPEND and fsync; on failure truncate back and fsync."""
-    frame = zframes.encode(plaintext)
-    fd = _open_log_for_write(handle, log, os.O_WRONLY | os.O_APPEND)
-    try:
-        try:
-            _write_all(fd, frame, log.path, "append")
-            _fsync(fd, log.path)
-        except Exception:
-            os.ftruncate(fd, old_size)
-            os.fsync(fd)
-            raise
-    finally:
-        os.close(fd)
-
-
-def _repair_torn_tail(handle: DirFd, log: SessionLog) -> None:
-    """DSH's recovery (format §5.3): truncate at the torn frame, re-append recovered lines."""
-    assert log.torn is not None
-    recovered = parse_recovered(log)
-    fd = _open_log_for_write(handle, log, os.O_WRONLY)
-    try:
-        faults.step("truncate", log.path)
-        os.ftruncate(fd, log.torn.offset)
-        faults.done("truncate", log.path)
-        _fsync(fd, log.path)
-    finally:
-        os.close(fd)
-    if recovered:
-        frame_text = b"".join(line + b"\n" for line in recovered)
-        _append_frame(handle, log, frame_text, log.torn.offset)

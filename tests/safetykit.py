@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsh_fork import frames as zframes
+from dsh_fork.durable import is_own_temp
 from dsh_fork.errors import CorruptLog
 from dsh_fork.generations import is_temp_name, parse_name
 from dsh_fork.layout import resolve_root
-from dsh_fork.writer import is_own_temp
 
 CASES: Counter[str] = Counter()
 """Fuzz and crash cases run in this session, by kind; printed in the terminal summary."""

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
 from dsh_fork import reader
+from dsh_fork.appending import append
 from dsh_fork.errors import CorruptLog, SessionStale, UnsupportedFormat
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.fsdir import open_regular
 from dsh_fork.generations import Generation, list_generations
 from dsh_fork.model import MODEL_TYPES
 from dsh_fork.reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
-from dsh_fork.writer import append
 
 
 def stored_lines(log: SessionLog) -> list[bytes]:

@@ -33,7 +33,7 @@ from relinkkit import (
     without_ids,
 )
 
-from dsh_fork import faults, forkpoint, relinkplan, relinkwalk, seeded, writer
+from dsh_fork import appending, faults, forkpoint, relinkplan, relinkwalk, seeded
 from dsh_fork import relink as relink_module
 from dsh_fork.discovery import Root
 from dsh_fork.errors import DshForkError, SessionLocked, UnsupportedFormat, UsageError
@@ -248,7 +248,7 @@ def test_a_fact_present_under_the_lock_is_not_appended_again(
     """Own-range uniqueness is decided under the parent's lock (§4.4.4): a fact that appears
     between the plan and the append (another writer) is not duplicated."""
     fork, _, _ = legacy_scenario(root, clock)
-    real_append = writer.append
+    real_append = appending.append
     calls: list[Path] = []
 
     def racing_append(session_dir: Path, build: Any, *, lock: Any = None, **kw: Any) -> Any:
@@ -273,7 +273,7 @@ def test_a_fact_present_under_the_lock_is_not_appended_again(
             )
         return real_append(session_dir, build, lock=lock, **kw)
 
-    monkeypatch.setattr(writer, "append", racing_append)
+    monkeypatch.setattr(appending, "append", racing_append)
     summary = run(root, fork.id)
 
     facts = own_catalog(log_of(root, fork.id))
@@ -920,12 +920,12 @@ def test_an_append_given_the_cut_reparses_only_the_own_range(root: Path, clock: 
     assert [e.seq < cut for e in full.catalog] == [True, True, False, False]
     seen: list[Any] = []
 
-    def build(log: SessionLog, facts: Any) -> list[writer.NewEvent]:
+    def build(log: SessionLog, facts: Any) -> list[appending.NewEvent]:
         seen.append((facts.cut, [e.seq for e in facts.catalog], facts.own_catalog()))
         return []
 
-    writer.append(c_dir, build, collect=forkpoint._APPEND_TYPES, cut=cut)
-    writer.append(c_dir, build, collect=forkpoint._APPEND_TYPES, cut=cut - 1)
+    appending.append(c_dir, build, collect=forkpoint._APPEND_TYPES, cut=cut)
+    appending.append(c_dir, build, collect=forkpoint._APPEND_TYPES, cut=cut - 1)
     own = [e.seq for e in full.catalog if e.seq > cut]
     assert seen[0] == (cut, own, full.own_catalog())
     assert seen[1] == (cut, [e.seq for e in full.catalog], full.own_catalog())

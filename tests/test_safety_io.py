@@ -23,11 +23,11 @@ from safetykit import RootGuard, appended_problem, guarded, is_read_only, roots_
 from dsh_fork import faults, writer
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
+from dsh_fork.durable import is_own_temp
 from dsh_fork.errors import IoError
 from dsh_fork.fixtures import Clock
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import project_key
-from dsh_fork.writer import is_own_temp
 
 PROJECT = project_key(CWD)
 SOURCE = "session-P_A"

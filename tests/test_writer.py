@@ -15,8 +15,10 @@ import pytest
 import zstandard
 from conftest import frame_count, log_events, log_lines
 
-from dsh_fork import faults, writer
+from dsh_fork import durable, faults, writer
 from dsh_fork import frames as zframes
+from dsh_fork.appending import NewEvent, append
+from dsh_fork.durable import ensure_session_dir, open_session_dir
 from dsh_fork.errors import (
     InternalError,
     IoError,
@@ -34,16 +36,7 @@ from dsh_fork.locking import SessionLock, probe
 from dsh_fork.model import Facts
 from dsh_fork.reader import SessionLog, open_log
 from dsh_fork.records import encode_header
-from dsh_fork.writer import (
-    Body,
-    Draft,
-    NewEvent,
-    Published,
-    append,
-    ensure_session_dir,
-    open_session_dir,
-    publish,
-)
+from dsh_fork.writer import Body, Draft, Published, publish
 
 
 @pytest.fixture(autouse=True)
@@ -801,7 +794,7 @@ def test_a_batch_keeps_each_sessions_outcome(
     one whose dir fsync fails is published and says so; the seven others are whole."""
     drafts = batch_of(root, 10, made=made)
     (drafts[2].session_dir / CURRENT_NAME).write_bytes(b"someone else's log")
-    plain_fsync, plain_fsync_dir = writer._fsync, writer._fsync_dir_fd
+    plain_fsync, plain_fsync_dir = durable._fsync, durable._fsync_dir_fd
 
     def failing_fsync(fd: int, path: Path) -> None:
         if path.parent.name == "new-05":
