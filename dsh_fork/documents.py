@@ -1056,6 +1056,9 @@ class RegistryEdit(Struct, forbid_unknown_fields=True):
     reason: Annotated[str | None, Meta(description="Why nothing was written.")]
 
 
+Where = Literal["root", "trash", "both", "missing"]
+
+
 class TrashedSession(Struct, forbid_unknown_fields=True):
     """A session of a trash entry."""
 
@@ -1071,7 +1074,7 @@ class TrashedSession(Struct, forbid_unknown_fields=True):
     title: str | None
     bytes: int
     where: Annotated[
-        Literal["root", "trash", "both", "missing"],
+        Where,
         Meta(description="Where it is now, from what is on disk."),
     ]
     workspace: Annotated[
@@ -1082,6 +1085,9 @@ class TrashedSession(Struct, forbid_unknown_fields=True):
     pinned: bool
 
 
+EntryState = Literal["trashing", "trashed", "restoring"]
+
+
 class TrashEntry(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
     """An entry of the trash: sessions trashed together."""
 
@@ -1090,7 +1096,7 @@ class TrashEntry(Struct, rename="camel", forbid_unknown_fields=True, kw_only=Tru
     root: Annotated[str, Meta(description="The sessions root it was trashed from.")]
     created: int
     created_iso: str | None
-    state: Literal["trashing", "trashed", "restoring"]
+    state: EntryState
     named: Annotated[list[str], Meta(description="The SESSION arguments as given.")]
     with_forks: bool
     bytes: int

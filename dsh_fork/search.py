@@ -29,11 +29,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 from msgspec import Struct, field
 
+from . import documents as docs
 from . import frames as zframes
 from .discovery import Root, SessionEntry, odd_generation
 from .envelopes import typed_run
@@ -45,7 +46,7 @@ from .listing import project_matches
 from .model import Facts, derive
 from .reader import _matching_lines, check_version, header_line, open_log
 from .records import Event, Header, dig, parse_event, parse_header
-from .results import ReadOnly, rows
+from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
 from .source import FileBytes, identity_of
 from .times import iso_ms
 
@@ -111,7 +112,7 @@ class Matcher:
         return tokens
 
 
-class Hit(Struct):
+class Hit(Documented, Struct):
     """One event whose text matched."""
 
     session: str
@@ -123,30 +124,21 @@ class Hit(Struct):
     inherited: bool = False
     title: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "session": self.session,
-            "path": self.path,
-            "title": self.title,
-            "turn": self.turn,
-            "seq": self.seq,
-            "role": self.role,
-            "snippet": self.snippet,
-            "inherited": self.inherited,
-        }
+    def to_document(self) -> docs.SearchHit:
+        return docs.SearchHit(
+            session=self.session,
+            path=self.path,
+            title=self.title,
+            turn=self.turn,
+            seq=self.seq,
+            role=cast(docs.Role, self.role),
+            snippet=self.snippet,
+            inherited=self.inherited,
+        )
 
 
-class Unreadable(Struct):
-    """A session the search could not read: named, never skipped in silence."""
-
-    session: str | None
-    path: str
-    code: str
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"session": self.session, "path": self.path, "code": self.code,
-                "message": self.message}  # fmt: skip
+Unreadable = docs.SearchUnreadable
+"""A session the search could not read: named, never skipped in silence."""
 
 
 class SearchResult(ReadOnly, Struct):
@@ -156,7 +148,7 @@ class SearchResult(ReadOnly, Struct):
     ignore_case: bool
     scopes: list[str]
     inherited: bool
-    filters: dict[str, Any]
+    filters: docs.SearchFilters
     searched: int
     sessions_with_hits: int
     total: int
@@ -166,23 +158,24 @@ class SearchResult(ReadOnly, Struct):
     unreadable: list[Unreadable] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "text": self.text,
-            "regex": self.regex,
-            "ignoreCase": self.ignore_case,
-            "in": self.scopes,
-            "inherited": self.inherited,
-            "filters": self.filters,
-            "searched": self.searched,
-            "sessionsWithHits": self.sessions_with_hits,
-            "total": self.total,
-            "limit": self.limit,
-            "truncated": self.total > len(self.hits),
-            "hits": rows(self.hits, Hit.to_json),
-            "unreadable": [u.to_json() for u in self.unreadable],
-        }
+    def to_document(self) -> docs.SearchDocument:
+        return docs.SearchDocument(
+            schema_version=SCHEMA_VERSION,
+            root=self.root,
+            text=self.text,
+            regex=self.regex,
+            ignore_case=self.ignore_case,
+            in_=cast(list[docs.Role], self.scopes),
+            inherited=self.inherited,
+            filters=self.filters,
+            searched=self.searched,
+            sessions_with_hits=self.sessions_with_hits,
+            total=self.total,
+            limit=self.limit,
+            truncated=self.total > len(self.hits),
+            hits=rows(self.hits, Hit.to_document),
+            unreadable=self.unreadable,
+        )
 
 
 # -- text of an event --------------------------------------------------------------------------
@@ -598,7 +591,7 @@ def search(
         )
     if total > len(hits):
         warnings.append(f"{total} hits, the first {len(hits)} shown (raise --limit for more)")
-    filters = {"project": project, "since": since, "sinceIso": iso_ms(since)}
+    filters = docs.SearchFilters(project, since, iso_ms(since))
     return SearchResult(
         str(root.path),
         text,

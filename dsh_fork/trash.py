@@ -24,11 +24,13 @@ import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import msgspec
 import orjson
 from msgspec import Struct, field
 
+from . import documents as docs
 from . import faults
 from .discovery import Root, SessionEntry, locate
 from .display import counted
@@ -45,6 +47,7 @@ from .generations import dir_bytes
 from .ids import now_ms
 from .kinds import KindRule
 from .locking import running
+from .results import SCHEMA_VERSION, Documented
 from .times import iso_ms
 
 TRASH_DIR = "dsh-fork-trash"
@@ -55,7 +58,7 @@ TRASHING, TRASHED, RESTORING = "trashing", "trashed", "restoring"
 _ENTRY_NAME = re.compile(r"^\d{8}T\d{6}(?:\d{3})?Z-[A-Za-z0-9._-]+$")
 
 
-class Moved(Struct):
+class Moved(Documented, Struct):
     """One session of an entry: where it came from, what it was."""
 
     id: str
@@ -71,19 +74,19 @@ class Moved(Struct):
     archived: bool = False
     pinned: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "project": self.project,
-            "dir": self.dir,
-            "title": self.title,
-            "bytes": self.bytes,
-            "where": self.where,
-            "workspace": self.workspace,
-            "archived": self.archived,
-            "pinned": self.pinned,
-        }
+    def to_document(self) -> docs.TrashedSession:
+        return docs.TrashedSession(
+            id=self.id,
+            kind=self.kind,
+            project=self.project,
+            dir=self.dir,
+            title=self.title,
+            bytes=self.bytes,
+            where=cast(docs.Where, self.where),
+            workspace=self.workspace,
+            archived=self.archived,
+            pinned=self.pinned,
+        )
 
     def stored(self) -> dict[str, Any]:
         out = self.to_json()
@@ -91,7 +94,7 @@ class Moved(Struct):
         return out
 
 
-class Entry(Struct):
+class Entry(Documented, Struct):
     """A trash entry: its manifest, and where each of its sessions is now."""
 
     name: str
@@ -104,27 +107,31 @@ class Entry(Struct):
     sessions: list[Moved] = field(default_factory=list)
     modes: dict[str, int] = field(default_factory=dict)
     """Mode of each project dir the sessions came from (to make it again on restore)."""
-    registry: dict[str, Any] | None = None
+    registry: docs.RegistryEdit | None = None
     """What this run did to the workspace registry: written, the records changed, or why not."""
 
     @property
     def size(self) -> int:
         return sum(s.bytes for s in self.sessions)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "entry": self.name,
-            "path": self.path,
-            "root": self.root,
-            "created": self.created,
-            "createdIso": iso_ms(self.created),
-            "state": self.state,
-            "named": self.named,
-            "withForks": self.with_forks,
-            "bytes": self.size,
-            "registry": self.registry,
-            "sessions": [s.to_json() for s in self.sessions],
-        }
+    def to_document(self) -> docs.TrashEntry:
+        return docs.TrashEntry(
+            entry=self.name,
+            path=self.path,
+            root=self.root,
+            created=self.created,
+            created_iso=iso_ms(self.created),
+            state=cast(docs.EntryState, self.state),
+            named=self.named,
+            with_forks=self.with_forks,
+            bytes=self.size,
+            registry=self.registry,
+            sessions=[s.to_document() for s in self.sessions],
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The fields of its ``TrashEntry``, which the trash and restore documents extend."""
+        return msgspec.structs.asdict(self.to_document())
 
     def manifest(self) -> bytes:
         document = {
@@ -140,7 +147,7 @@ class Entry(Struct):
         return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-class TrashResult(Struct):
+class TrashResult(Documented, Struct):
     entry: Entry
     dry_run: bool
     forks_left: list[str] = field(default_factory=list)
@@ -149,11 +156,16 @@ class TrashResult(Struct):
     def partial(self) -> None:
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"dryRun": self.dry_run, "forksLeft": self.forks_left, **self.entry.to_json()}
+    def to_document(self) -> docs.TrashDocument:
+        return docs.TrashDocument(
+            schema_version=SCHEMA_VERSION,
+            dry_run=self.dry_run,
+            forks_left=self.forks_left,
+            **self.entry.fields(),
+        )
 
 
-class TrashList(Struct):
+class TrashList(Documented, Struct):
     trash: str
     entries: list[Entry]
     warnings: list[str] = field(default_factory=list)
@@ -161,11 +173,15 @@ class TrashList(Struct):
     def partial(self) -> None:
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"trash": self.trash, "entries": [e.to_json() for e in self.entries]}
+    def to_document(self) -> docs.TrashListDocument:
+        return docs.TrashListDocument(
+            schema_version=SCHEMA_VERSION,
+            trash=self.trash,
+            entries=[e.to_document() for e in self.entries],
+        )
 
 
-class EmptyResult(Struct):
+class EmptyResult(Documented, Struct):
     trash: str
     removed: list[Entry]
     kept: int
@@ -175,17 +191,18 @@ class EmptyResult(Struct):
     def partial(self) -> None:
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "trash": self.trash,
-            "dryRun": self.dry_run,
-            "removed": [e.to_json() for e in self.removed],
-            "bytes": sum(e.size for e in self.removed),
-            "kept": self.kept,
-        }
+    def to_document(self) -> docs.TrashEmptyDocument:
+        return docs.TrashEmptyDocument(
+            schema_version=SCHEMA_VERSION,
+            trash=self.trash,
+            dry_run=self.dry_run,
+            removed=[e.to_document() for e in self.removed],
+            bytes=sum(e.size for e in self.removed),
+            kept=self.kept,
+        )
 
 
-class RestoreResult(Struct):
+class RestoreResult(Documented, Struct):
     entry: Entry
     dry_run: bool
     warnings: list[str] = field(default_factory=list)
@@ -193,8 +210,10 @@ class RestoreResult(Struct):
     def partial(self) -> None:
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"dryRun": self.dry_run, **self.entry.to_json()}
+    def to_document(self) -> docs.RestoreDocument:
+        return docs.RestoreDocument(
+            schema_version=SCHEMA_VERSION, dry_run=self.dry_run, **self.entry.fields()
+        )
 
 
 # -- the trash dir ------------------------------------------------------------------------------
@@ -632,7 +651,7 @@ def _memberships(root_path: Path, moved: list[Moved]) -> None:
         m.pinned = reg.pinned(m.id)
 
 
-def _registry_edit(root_path: Path, entry: Entry, *, attach: bool) -> dict[str, Any] | None:
+def _registry_edit(root_path: Path, entry: Entry, *, attach: bool) -> docs.RegistryEdit | None:
     """Trash: take the sessions out of every record and out of the archived and pinned
     lists; restore: put them back where they were (a record gone since stays gone: the
     session is Ungrouped). One edit by the registry's own rules; None when nothing was
@@ -653,12 +672,7 @@ def _registry_edit(root_path: Path, entry: Entry, *, attach: bool) -> dict[str, 
         return changes
 
     edit = registry.edit(registry.home_of(root_path), decide, now_ms())
-    return {
-        "path": str(edit.registry.path),
-        "written": edit.written,
-        "changed": edit.changed,
-        "reason": edit.reason,
-    }
+    return docs.RegistryEdit(str(edit.registry.path), edit.written, edit.changed, edit.reason)
 
 
 def _check_same_fs(root_path: Path) -> None:

@@ -36,10 +36,10 @@ def _registry_line(out: Out, entry: Entry, verb: str) -> None:
     done = entry.registry
     if done is None:
         return
-    if done["written"]:
-        out.line(f"workspace registry {done['path']}: {verb} ({len(done['changed'])} changed)")
-    elif done["reason"]:
-        out.line(f"workspace registry {done['path']} not changed: {done['reason']}")
+    if done.written:
+        out.line(f"workspace registry {done.path}: {verb} ({len(done.changed)} changed)")
+    elif done.reason:
+        out.line(f"workspace registry {done.path} not changed: {done.reason}")
 
 
 def _render_trash(out: Out, result: TrashResult) -> None:
