@@ -692,6 +692,11 @@ class TreeNode(Struct, rename="camel", forbid_unknown_fields=True):
     pinned: bool
 
 
+EdgeKind = Literal[
+    "root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable", "copy-of"
+]
+
+
 class TreeEdge(Struct, rename="camel", forbid_unknown_fields=True):
     """A parent-to-child (or copy-to-original) link."""
 
@@ -700,7 +705,7 @@ class TreeEdge(Struct, rename="camel", forbid_unknown_fields=True):
     from_path: str
     to_path: str
     kind: Annotated[
-        Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "copy-of"],
+        EdgeKind,
         Meta(description="The child's kind (parent to child), or copy-of (copy to original)."),
     ]
 

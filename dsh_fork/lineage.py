@@ -16,10 +16,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+import msgspec
 from msgspec import Struct, field
 
+from . import documents as docs
 from .discovery import Located, Root, SessionEntry
 from .errors import DshForkError
 from .generations import Generation
@@ -28,9 +30,9 @@ from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import SessionLog, open_log
 from .registry import Placement
-from .results import ReadOnly, rows
+from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
 
-Kind = Literal["root", "fork", "subagent", "copy", "seeded-subagent", "linked", "unreadable"]
+Kind = docs.TreeKind
 KINDS: tuple[Kind, ...] = (
     "root",
     "fork",
@@ -65,7 +67,7 @@ PLACED_AT_TOP = frozenset((PARENT_MISSING, SELF_PARENT, CYCLE))
 """Flags of a node drawn at the top although it names a parent."""
 
 
-class Node(Struct):
+class Node(Documented, Struct):
     """One session of the root, placed under its parent (or at the top)."""
 
     id: str
@@ -111,51 +113,49 @@ class Node(Struct):
         """The source seq the fork was cut after (``fork --at``): cut − 1."""
         return None if self.cut is None or self.cut < 1 else self.cut - 1
 
-    def to_json(self) -> dict[str, Any]:
-        """Every key, in the order of ``documents.TreeNode``, null when unset: one dict
-        display (a root of 100,000 sessions has as many nodes)."""
+    def to_document(self) -> docs.TreeNode:
         cut = self.cut
         children = self.children
-        return {
-            "id": self.id,
-            "path": self.path,
-            "kind": self.kind,
-            "parentSession": self.parent,
-            "createdAt": self.created_at,
-            "isSeeded": self.is_seeded,
-            "version": self.version,
-            "cut": cut,
-            "forkedAt": cut - 1 if cut is not None and cut >= 1 else None,
-            "cutTurn": self.cut_turn,
-            "turns": self.turns,
-            "openTurn": self.open_turn,
-            "title": self.title,
-            "label": self.label,
-            "copyOf": self.copy_of,
-            "error": self.error,
-            "flags": self.flags,
-            "children": [child.path for child in children] if children else [],
-            "workspace": None if self.workspace is None else self.workspace.to_json(),
-            "archived": self.archived,
-            "pinned": self.pinned,
-        }
+        return docs.TreeNode(
+            id=self.id,
+            path=self.path,
+            kind=self.kind,
+            parent_session=self.parent,
+            created_at=self.created_at,
+            is_seeded=self.is_seeded,
+            version=self.version,
+            cut=cut,
+            forked_at=cut - 1 if cut is not None and cut >= 1 else None,
+            cut_turn=self.cut_turn,
+            turns=self.turns,
+            open_turn=self.open_turn,
+            title=self.title,
+            label=self.label,
+            copy_of=self.copy_of,
+            error=self.error,
+            flags=self.flags,
+            children=[child.path for child in children] if children else [],
+            workspace=None if self.workspace is None else self.workspace.to_document(),
+            archived=self.archived,
+            pinned=self.pinned,
+        )
 
 
-class Edge(Struct, frozen=True):
+class Edge(Documented, Struct, frozen=True):
     """``parent`` → ``child`` by header (kind = the child's kind), or copy → source."""
 
     source: Node
     target: Node
-    kind: str
+    kind: docs.EdgeKind
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "from": self.source.id,
-            "to": self.target.id,
-            "fromPath": self.source.path,
-            "toPath": self.target.path,
-            "kind": self.kind,
-        }
+    def to_document(self) -> docs.TreeEdge:
+        return docs.TreeEdge(
+            from_=self.source.id,
+            to=self.target.id,
+            from_path=self.source.path,
+            to_path=self.target.path,
+            kind=self.kind,
+        )
 
 
 class Lineage(ReadOnly, Struct):
@@ -184,19 +184,18 @@ class Lineage(ReadOnly, Struct):
     def unreadable(self) -> list[Node]:
         return [node for node in self.nodes() if node.kind == "unreadable"]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_document(self) -> docs.TreeDocument:
         nodes = list(self.nodes())
-        return {
-            "root": str(self.root),
-            "session": self.session,
-            "counts": _counts(nodes),
-            "tops": [node.path for node in self.tops],
-            "nodes": rows(nodes, Node.to_json),
-            "edges": rows(_edges(nodes), Edge.to_json),
-            "unreadable": [
-                {"path": n.path, "error": n.error} for n in nodes if n.kind == "unreadable"
-            ],
-        }
+        return docs.TreeDocument(
+            schema_version=SCHEMA_VERSION,
+            root=str(self.root),
+            session=self.session,
+            counts=msgspec.convert(_counts(nodes), docs.TreeCounts),
+            tops=[node.path for node in self.tops],
+            nodes=rows(nodes, Node.to_document),
+            edges=rows(_edges(nodes), Edge.to_document),
+            unreadable=[docs.Unreadable(n.path, n.error) for n in nodes if n.kind == "unreadable"],
+        )
 
 
 def _counts(nodes: Iterable[Node]) -> dict[str, int]:

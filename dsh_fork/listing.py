@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 from operator import attrgetter
-from typing import Any
+from typing import Any, ClassVar, Literal
 
+import msgspec
 from msgspec import Struct, field
 
+from . import documents as docs
 from . import registry
 from .discovery import Root, SessionEntry
 from .errors import DshForkError, Partial, UsageError
@@ -28,7 +30,7 @@ from .model import derive
 from .progress import SILENT
 from .reader import open_log
 from .registry import Placement
-from .results import rows
+from .results import Documented, rows
 from .times import iso_ms
 
 KINDS = HEADER_KINDS
@@ -37,7 +39,7 @@ CONVERSATIONS: frozenset[str | None] = frozenset(("root", "fork", "linked"))
 AGENT_KINDS = ("subagent", "copy")
 
 
-class SessionRow(Struct):
+class SessionRow(Documented, Struct):
     """One session of the root; ``error`` names why its log could not be read."""
 
     id: str
@@ -67,35 +69,36 @@ class SessionRow(Struct):
     archived: bool = False
     pinned: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "title": self.title,
-            "project": self.project,
-            "path": self.path,
-            "cwd": self.cwd,
-            "parentSession": self.parent,
-            "createdAt": self.created_at,
-            "createdAtIso": iso_ms(self.created_at),
-            "turns": self.turns,
-            "lastActivity": self.last_activity,
-            "lastActivityIso": iso_ms(self.last_activity),
-            "forks": self.forks,
-            "agents": self.agents,
-            "label": self.label,
-            "subagents": self.subagents,
-            "copies": self.copies,
-            "bytes": self.bytes,
-            "agentBytes": self.agent_bytes,
-            "error": self.error,
-            "workspace": None if self.workspace is None else self.workspace.to_json(),
-            "archived": self.archived,
-            "pinned": self.pinned,
-        }
+    def to_document(self) -> docs.ListRow:
+        error = self.error
+        return docs.ListRow(
+            id=self.id,
+            kind=self.kind,
+            title=self.title,
+            project=self.project,
+            path=self.path,
+            cwd=self.cwd,
+            parent_session=self.parent,
+            created_at=self.created_at,
+            created_at_iso=iso_ms(self.created_at),
+            turns=self.turns,
+            last_activity=self.last_activity,
+            last_activity_iso=iso_ms(self.last_activity),
+            forks=self.forks,
+            agents=self.agents,
+            label=self.label,
+            subagents=self.subagents,
+            copies=self.copies,
+            bytes=self.bytes,
+            agent_bytes=self.agent_bytes,
+            error=None if error is None else docs.RowError(error["code"], error["message"]),
+            workspace=None if self.workspace is None else self.workspace.to_document(),
+            archived=self.archived,
+            pinned=self.pinned,
+        )
 
 
-class SessionList(Struct):
+class SessionList(Documented, Struct):
     """The rows of a root, newest activity first, and the filters that chose them."""
 
     root: str
@@ -107,7 +110,7 @@ class SessionList(Struct):
     """Every session is a row (``--all`` or ``--kind``), else the conversations."""
     workspaces: bool = False
     """Whether the root's home has a workspace registry to show (a column of its own)."""
-    schema_version = 3
+    schema_version: ClassVar[Literal[3]] = 3
     """2: the kind ``linked`` (a session naming a parent that is neither a fork nor a
     subagent, once listed as a fork), and no kind (null) for a header that cannot be read.
     3: by default the conversations only (``all`` false), each row with ``label``,
@@ -117,14 +120,15 @@ class SessionList(Struct):
         """A session whose log cannot be read is a row with its error, never a failure."""
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "total": self.total,
-            "all": self.everything,
-            "filters": self.filters,
-            "sessions": rows(self.rows, SessionRow.to_json),
-        }
+    def to_document(self) -> docs.ListDocument:
+        return docs.ListDocument(
+            schema_version=self.schema_version,
+            root=self.root,
+            total=self.total,
+            all=self.everything,
+            filters=msgspec.convert(self.filters, docs.ListFilters),
+            sessions=rows(self.rows, SessionRow.to_document),
+        )
 
 
 def kind_of(entry: SessionEntry, rule: KindRule | None = None) -> HeaderKind | None:

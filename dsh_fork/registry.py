@@ -30,11 +30,14 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from . import storage
 from .errors import DshForkError
 from .times import iso_ms
+
+if TYPE_CHECKING:
+    from . import documents
 
 UNIT_NAME = "workspace"
 UNIT_VERSION = 2
@@ -69,8 +72,10 @@ class Placement(NamedTuple):
     path: str
     member: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "path": self.path, "member": self.member}
+    def to_document(self) -> documents.Placement:
+        from . import documents
+
+        return documents.Placement(self.id, self.title, self.path, self.member)
 
     def text(self) -> str:
         return self.title if self.member else f"{self.title} (moved)"
