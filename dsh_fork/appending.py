@@ -29,8 +29,9 @@ from .fsdir import DirChain, DirFd
 from .generations import SUPPORTED_VERSION, Generation
 from .locking import SessionLock
 from .model import MODEL_TYPES, Facts, facts_of
-from .reader import SessionLog, open_log, parse_recovered
+from .reader import open_log, parse_recovered
 from .records import encode_event
+from .sessionlog import SessionLog
 
 if TYPE_CHECKING:  # the pool is started only by a relink that publishes batches
     pass

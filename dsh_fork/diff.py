@@ -21,8 +21,9 @@ from .kinds import header_kind
 from .lineage import Kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
-from .reader import SessionLog, open_log
+from .reader import open_log
 from .results import ReadOnly
+from .sessionlog import SessionLog
 from .turns import TurnSummary, turn_containing, turn_summaries
 
 

@@ -33,8 +33,8 @@ from .discovery import Located, Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .progress import SILENT, Progress, counter
-from .reader import FramedLog, SessionLog
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .sessionlog import FramedLog, SessionLog
 
 
 class SessionUsage(Documented, Struct):

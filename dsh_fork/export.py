@@ -59,7 +59,8 @@ from .layout import decode_segment, expand_home, project_dir_name
 from .locking import running
 from .model import derive
 from .progress import SILENT, Progress
-from .reader import SessionLog, check_version, open_log
+from .reader import check_version, open_log
+from .sessionlog import SessionLog
 from .source import FileBytes, copy_range, stale
 from .tarstream import STDIN_NAME, Compression, TarWriter
 

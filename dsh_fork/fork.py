@@ -41,7 +41,8 @@ from .locking import SessionLock
 from .model import TURN_TYPES, Facts, OpenTurnInfo, derive
 from .oplog import NO_AGENTS, OpLog
 from .progress import SILENT, Progress
-from .reader import SessionLog, open_log
+from .reader import open_log
+from .sessionlog import SessionLog
 from .times import iso_ms
 from .turns import CLOSE_TURN_HINT, open_turn_at
 from .workspace import moved_workspace

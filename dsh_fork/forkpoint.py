@@ -16,8 +16,8 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from .model import TURN_TYPES, Facts
-from .reader import SessionLog
 from .records import Event
+from .sessionlog import SessionLog
 
 
 class ForkPoint(Struct, frozen=True):

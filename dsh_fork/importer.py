@@ -49,8 +49,9 @@ from .ids import ClockMs, now_ms
 from .layout import encode_segment, expand_home, project_dir_name, resolve_root
 from .model import Facts
 from .progress import SILENT, Progress
-from .reader import SessionLog, read_header, stable_read
+from .reader import read_header, stable_read
 from .records import encode_header, parse_header
+from .sessionlog import SessionLog
 from .tarstream import Compression, Source
 from .workspace import rebase_cwd
 

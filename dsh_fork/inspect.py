@@ -25,8 +25,9 @@ from .discovery import Located, locate
 from .errors import CorruptLog, Partial, UnsupportedFormat
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
+from .logindex import Chunk
 from .model import MODEL_TYPES, Facts
-from .reader import Chunk, FramedLog, SessionLog, open_log, parse_recovered, peek_fields
+from .reader import open_log, parse_recovered, peek_fields
 from .records import (
     MISSING,
     Event,
@@ -36,6 +37,7 @@ from .records import (
     parse_event,
 )
 from .results import rows
+from .sessionlog import FramedLog, SessionLog
 from .times import iso_ms
 from .validation import (
     Finding,

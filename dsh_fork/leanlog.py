@@ -22,8 +22,8 @@ from typing import NamedTuple
 from . import frames as zframes
 from .errors import DshForkError
 from .fsdir import open_regular
+from .logindex import summarizer
 from .model import Facts, derive
-from .reader import summarizer
 from .records import Event, Header, parse_event
 
 LEAN_MAX_BYTES = 1024 * 1024

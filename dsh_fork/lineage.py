@@ -28,9 +28,10 @@ from .generations import Generation
 from .kinds import KindRule, header_kind, settled_kind, unsettled
 from .model import Facts, derive
 from .provenance import Logged, match_copies
-from .reader import SessionLog, open_log
+from .reader import open_log
 from .registry import Placement
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .sessionlog import SessionLog
 
 Kind = docs.TreeKind
 KINDS: tuple[Kind, ...] = (

@@ -12,8 +12,9 @@ from typing import Any
 from msgspec import Struct, field
 
 from . import inbox
-from .reader import SessionLog, TornTail
+from .logindex import TornTail
 from .records import Event, Header, dig, nonneg_int
+from .sessionlog import SessionLog
 
 TURN_TYPES = ("turn/start", "turn/end")
 """The events that open and close a turn (what a fork boundary is checked against)."""

@@ -16,8 +16,8 @@ from typing import Any
 from msgspec import Struct
 
 from .model import Facts
-from .reader import SessionLog
 from .records import Event, decode_source_seqs
+from .sessionlog import SessionLog
 
 
 class Logged(Struct, frozen=True):

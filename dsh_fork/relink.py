@@ -34,11 +34,12 @@ from .locking import SessionLock, running
 from .model import Facts, facts_of
 from .oplog import OpLog
 from .progress import SILENT, Progress
-from .reader import SessionLog, current_generation, open_log, read_header
+from .reader import current_generation, open_log, read_header
 from .relinkplan import Opener, _Copy, _Level, _Match, _open, _Opened, _Planner
 from .relinkresult import NO_AGENTS_REASON, RelinkAllResult, RelinkSummary
 from .relinkwalk import _Parent, _Walker
 from .resumable import unresumable
+from .sessionlog import SessionLog
 from .workspace import Workspace, moved_workspace
 
 # -- entry points -----------------------------------------------------------------------------

@@ -37,8 +37,9 @@ from .kinds import KindRule
 from .locking import running
 from .model import Facts, facts_of
 from .provenance import Logged, first_event_key, is_copy_of
-from .reader import SessionLog, open_log
+from .reader import open_log
 from .records import held
+from .sessionlog import SessionLog
 
 LINEAGE_CYCLE = "lineage cycle"
 

@@ -27,10 +27,10 @@ from .locking import SessionLock
 from .model import Facts
 from .oplog import OpLog
 from .progress import SILENT, Progress
-from .reader import SessionLog
 from .records import dumps_record, held, parse_line
 from .relinkplan import _Copy, _Fail, _Level, _Match, _Opened, _Skip, _Uncat
 from .relinkresult import RelinkSummary
+from .sessionlog import SessionLog
 from .workspace import Workspace, rebase_cwd
 
 

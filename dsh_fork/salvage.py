@@ -28,8 +28,9 @@ from .generations import SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import oplog_path as default_oplog_path
 from .model import TURN_TYPES, derive
-from .reader import FramedLog, SessionLog, header_line, open_log, stable_read
+from .reader import header_line, open_log, stable_read
 from .records import parse_event, parse_header
+from .sessionlog import FramedLog, SessionLog
 
 MAX_SALVAGE_BYTES = 32 << 20
 """Salvage reads a log whole (and holds the readable prefix beside it): larger ones are

@@ -43,8 +43,9 @@ from .fsdir import open_regular_stat
 from .generations import SUPPORTED_VERSION, Encoding, Generation, scan_names
 from .layout import decode_segment
 from .listing import project_matches
+from .logindex import _matching_lines
 from .model import Facts, derive
-from .reader import _matching_lines, check_version, header_line, open_log
+from .reader import check_version, header_line, open_log
 from .records import Event, Header, dig, parse_event, parse_header
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
 from .source import FileBytes, identity_of

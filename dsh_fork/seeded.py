@@ -39,8 +39,8 @@ from .generations import SUPPORTED_VERSION, Generation
 from .ids import IdFactory
 from .layout import encode_segment, project_dir_name
 from .model import Facts
-from .reader import SessionLog
 from .records import encode_event, encode_header
+from .sessionlog import SessionLog
 from .source import FileBytes, FileRun, Identity, identity_of, stale
 
 MARKER_TYPE = "session/end-seed"

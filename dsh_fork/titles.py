@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from .errors import UsageError
-from .reader import SessionLog
+from .sessionlog import SessionLog
 
 TITLE_TYPE = "session/title"
 MAX_TITLE_BYTES = 80

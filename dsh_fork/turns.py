@@ -16,8 +16,8 @@ from msgspec import Struct, field
 
 from .errors import InvalidBoundary, OpenTurn
 from .model import TURN_TYPES
-from .reader import SessionLog
 from .records import Event, dig
+from .sessionlog import SessionLog
 
 if TYPE_CHECKING:
     pass

@@ -30,7 +30,7 @@ from .generations import (
     select,
 )
 from .layout import encode_segment, project_dir_name
-from .reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
+from .reader import open_log, parse_recovered, peek_fields, read_header
 from .records import (
     ENVELOPE_KEYS,
     MISSING,
@@ -42,6 +42,7 @@ from .records import (
     nonneg_int,
     safe_int,
 )
+from .sessionlog import SessionLog
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")

@@ -16,8 +16,9 @@ from dsh_fork.doctor import doctor
 from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.generations import Generation
 from dsh_fork.kinds import KindRule
-from dsh_fork.reader import SessionLog, open_log
+from dsh_fork.reader import open_log
 from dsh_fork.relink import relink
+from dsh_fork.sessionlog import SessionLog
 
 NO_HOME = {"DSH_HOME": ""}
 

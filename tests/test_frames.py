@@ -20,11 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
-from dsh_fork import reader
+from dsh_fork import logindex, reader
 from dsh_fork.errors import CorruptLog, DshForkError
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.generations import Generation
-from dsh_fork.reader import SessionLog, open_log
+from dsh_fork.reader import open_log
+from dsh_fork.sessionlog import SessionLog
 
 HEADER = (
     b'{"type":"session","version":4,"id":"s","createdAt":1,"cwd":"/p","isSeeded":false,'
@@ -684,7 +685,7 @@ def test_a_record_spanning_frames_is_bounded(
     pieces = [record[k : k + 10] for k in range(0, len(record), 10)]
     data = zframes.encode(HEADER + b"\n") + b"".join(zframes.encode(p) for p in pieces)
     assert len(open_bytes(gen_at(tmp_path), data).chunks[0].frames) == len(pieces)
-    monkeypatch.setattr(reader, "MAX_RUN_BYTES", 25)
+    monkeypatch.setattr(logindex, "MAX_RUN_BYTES", 25)
     with pytest.raises(CorruptLog, match=r"a record spans frames 2\.\.4, more than"):
         open_bytes(gen_at(tmp_path), data)
 

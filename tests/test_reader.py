@@ -19,14 +19,15 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dsh_fork import frames as zframes
-from dsh_fork import reader
+from dsh_fork import logindex, reader
 from dsh_fork.appending import append
 from dsh_fork.errors import CorruptLog, SessionStale, UnsupportedFormat
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.fsdir import open_regular
 from dsh_fork.generations import Generation, list_generations
 from dsh_fork.model import MODEL_TYPES
-from dsh_fork.reader import SessionLog, open_log, parse_recovered, peek_fields, read_header
+from dsh_fork.reader import open_log, parse_recovered, peek_fields, read_header
+from dsh_fork.sessionlog import SessionLog
 
 
 def stored_lines(log: SessionLog) -> list[bytes]:
@@ -613,13 +614,13 @@ def test_a_frame_checked_in_pieces_gets_the_verdict_of_one_check(
         items = [item for item in items if isinstance(item, tuple)] or [(3, "a")]
         items = [(3 + k, kind) for k, (_, kind) in enumerate(items)]
     plaintext = _plaintext(items)
-    whole = reader.summarizer(frozenset({"b"}))((plaintext,))
-    saved = reader.SUMMARY_PIECE
-    reader.SUMMARY_PIECE = piece
+    whole = logindex.summarizer(frozenset({"b"}))((plaintext,))
+    saved = logindex.SUMMARY_PIECE
+    logindex.SUMMARY_PIECE = piece
     try:
-        pieces = reader.summarizer(frozenset({"b"}))((plaintext,))
+        pieces = logindex.summarizer(frozenset({"b"}))((plaintext,))
     finally:
-        reader.SUMMARY_PIECE = saved
+        logindex.SUMMARY_PIECE = saved
     assert pieces == whole
     if dense:
         assert whole[0] == 3 and whole[1] == len(items)
@@ -650,27 +651,27 @@ def test_a_frame_given_in_pieces_as_it_decodes_gets_the_verdict_of_one_piece(
     chunks = [plaintext[a:b] for a, b in itertools.pairwise(bounds)] or [b""]
     if cuts and cuts[0] % 2:
         chunks.insert(len(chunks) // 2, b"")  # an empty piece on the way
-    whole = reader.summarizer(frozenset({"b"}))((plaintext,))
-    saved = reader.SUMMARY_PIECE
-    reader.SUMMARY_PIECE = piece
+    whole = logindex.summarizer(frozenset({"b"}))((plaintext,))
+    saved = logindex.SUMMARY_PIECE
+    logindex.SUMMARY_PIECE = piece
     try:
-        split = reader.summarizer(frozenset({"b"}))(iter(chunks))
-        kept = reader.summarizer(frozenset({"b"}), keep_from)(iter(chunks))
+        split = logindex.summarizer(frozenset({"b"}))(iter(chunks))
+        kept = logindex.summarizer(frozenset({"b"}), keep_from)(iter(chunks))
     finally:
-        reader.SUMMARY_PIECE = saved
+        logindex.SUMMARY_PIECE = saved
     assert split == whole
     if torn:
         assert whole == (-1, 0, [])
     first, count, hits = whole
     assert kept == (first, count, [(k, line) for k, line in hits if first + k >= keep_from])
     # a small frame decoded whole takes the one-group shortcut: the same verdict and lines
-    assert reader.summarizer(frozenset({"b"}), keep_from)((plaintext,)) == kept
+    assert logindex.summarizer(frozenset({"b"}), keep_from)((plaintext,)) == kept
 
 
 def test_a_summary_of_no_plaintext_refuses_the_frame() -> None:
     """An empty frame holds no line: its summary sends it to the full pass, as before."""
-    assert reader.summarizer(frozenset({"b"}))((b"",)) == (-1, 0, [])
-    assert reader.summarizer(frozenset({"b"}))(iter([b"", b""])) == (-1, 0, [])
+    assert logindex.summarizer(frozenset({"b"}))((b"",)) == (-1, 0, [])
+    assert logindex.summarizer(frozenset({"b"}))(iter([b"", b""])) == (-1, 0, [])
 
 
 # -- a large frame is decoded in pieces -------------------------------------------------------

@@ -20,7 +20,8 @@ from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
 from dsh_fork.fork import fork_session
 from dsh_fork.generations import CURRENT_NAME, Generation
 from dsh_fork.model import MODEL_TYPES
-from dsh_fork.reader import FramedLog, open_log
+from dsh_fork.reader import open_log
+from dsh_fork.sessionlog import FramedLog
 from dsh_fork.source import FileRun
 
 SRC = "session-source"

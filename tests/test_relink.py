@@ -42,8 +42,9 @@ from dsh_fork.forkpoint import fork_point as make_fork_point
 from dsh_fork.layout import project_key
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
-from dsh_fork.reader import SessionLog, current_generation, open_log
+from dsh_fork.reader import current_generation, open_log
 from dsh_fork.relink import plan_new_fork, relink_all
+from dsh_fork.sessionlog import SessionLog
 from dsh_fork.source import FileRun
 
 # -- the plugin's own scenario (built by relinkkit.plugin_scenario) -------------------------

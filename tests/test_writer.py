@@ -34,8 +34,9 @@ from dsh_fork.fsdir import DirFd
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, is_temp_name, parse_name
 from dsh_fork.locking import SessionLock, probe
 from dsh_fork.model import Facts
-from dsh_fork.reader import SessionLog, open_log
+from dsh_fork.reader import open_log
 from dsh_fork.records import encode_header
+from dsh_fork.sessionlog import SessionLog
 from dsh_fork.writer import Body, Draft, Published, publish
 
 
