@@ -162,22 +162,32 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 session=session_id,
             )
     for entry in entries:
-        generation = entry.generation
-        if generation is None:
+        # from the listed texts: no Path or Generation is built for a dir that passes
+        log_path, version = entry.log_path, entry.version
+        if log_path is None or version is None:
             continue
-        where = {"session": _label(entry), "path": str(generation.path)}
-        if entry.header is not None:
-            problem = binding_problem(entry.session_dir, entry.header)
+        header = entry.header
+        if header is not None:
+            problem = binding_problem(entry.dir_text, header)
             if problem is not None:
-                add("error", "PATH_MISMATCH", f"{problem}; DSH refuses the root", **where)
+                add(
+                    "error",
+                    "PATH_MISMATCH",
+                    f"{problem}; DSH refuses the root",
+                    session=_label(entry),
+                    path=log_path,
+                )
+            entry.forget()  # back to its header line until its turn comes
             continue
         raw = header_version(entry.raw_fields)
-        if raw is not None and raw != generation.version:
+        if raw is not None and raw != version:
             add(
                 "error",
                 "VERSION_MISMATCH",
-                f"{generation.name} holds a header of version {raw}; DSH refuses the root",
-                **where,
+                f"{os.path.basename(log_path)} holds a header of version {raw}; DSH refuses "
+                "the root",
+                session=_label(entry),
+                path=log_path,
             )
     for project in root.project_dirs():
         try:
@@ -191,10 +201,9 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 path=str(project),
             )
     # as text, like the listing's own: no Path is built for a dir with nothing to report
-    listed = {entry.dir_text: entry for entry in entries if entry.error is None}
+    listed = {entry.dir_text for entry in entries if entry.version is not None}
     for text in root.candidate_texts():
-        known = listed.get(text)
-        if known is not None and known.version is not None:
+        if text in listed:
             # a dir the listing read is not listed again: it holds the entry's generations
             for name in _files(text):
                 if is_temp_name(name):
@@ -287,7 +296,10 @@ def _lineage(
     check: DirCheck,
     by_id: dict[str, SessionEntry],
     kinds: KindRule,
+    touched: list[SessionEntry],
 ) -> list[DoctorFinding]:
+    """The lineage findings of ``entry``; the other entries whose headers it read are added
+    to ``touched`` (the caller returns them to their listed form)."""
     label = _label(entry)
     path = str(entry.generation.path) if entry.generation is not None else None
     out: list[DoctorFinding] = []
@@ -300,7 +312,9 @@ def _lineage(
         parent = by_id.get(parent_id)
         if parent is None:
             add("warning", "ORPHAN", f"parentSession {parent_id} does not exist in this root")
-        elif (
+        else:
+            touched.append(parent)
+        if parent is not None and (
             entry.is_subagent
             and entry.header is not None
             and parent.header is not None
@@ -317,7 +331,9 @@ def _lineage(
             add("error", "CYCLE", f"lineage cycle: {' → '.join(cycle)}")
     if entry.id is None or not check.readable:
         return out
-    on_disk = {child.id: child for child in kinds.subagents_of(entry.id) if child.id is not None}
+    kids = kinds.subagents_of(entry.id)
+    touched.extend(kids)
+    on_disk = {child.id: child for child in kids if child.id is not None}
     catalogued: dict[str, tuple[int, Any]] = {}
     for seq, data in check.own_catalog:
         child_id = data.get("childId") if isinstance(data, dict) else None
@@ -443,6 +459,7 @@ def doctor(
     else:
         chosen = list(entries)
     report = DoctorReport(root.path, root.encoding(), len(chosen))
+    asked = _asked_by_rule(entries)  # before the root rules let go of the parsed headers
     report.findings.extend(_root_rules(root))
     from . import registry, wscheck
 
@@ -470,7 +487,6 @@ def doctor(
         check = early[entry.dir_text] = _check(entry)
         return _evidence(check) if check.readable else read_evidence(entry)
 
-    asked = _asked_by_rule(entries)
     # Named sessions: a parent outside them is read for the rule only, not validated.
     kinds = KindRule(root) if sessions else KindRule(root, read=validate_early)
     forks = ForkRules(root, kinds, oplog_path=oplog_path, named=bool(sessions))
@@ -483,7 +499,8 @@ def doctor(
         elif entry.id in asked and root.entry(entry.id) is entry:  # of a duplicated id, the
             kinds.learn(entry.id, _evidence(check))  # one the rule would read
         report.findings.extend(_session_findings(entry, check))
-        report.findings.extend(_lineage(root, entry, check, by_id, kinds))
+        touched = [entry]
+        report.findings.extend(_lineage(root, entry, check, by_id, kinds, touched))
         path = str(entry.generation.path) if entry.generation is not None else None
         for note in forks.notes(entry):
             report.findings.append(
@@ -499,6 +516,10 @@ def doctor(
                         "info", "session", ungrouped.code, ungrouped.message, _label(entry), path
                     )
                 )
+        # what this step read goes back to its listed form (dir text and header line): a run
+        # over 100,000 sessions keeps no Path, Generation or parsed header of those done
+        for other in touched:
+            other.forget()
     return report
 
 

@@ -1140,11 +1140,14 @@ _QUICK: dict[str, tuple[_Quick, int]] = {
 # -- file-level rules -------------------------------------------------------------------------
 
 
-def binding_problem(session_dir: Path, header: Header) -> str | None:
-    """Path binding (format §2.6): the dir names the header's cwd and id map to, or None."""
+def binding_problem(session_dir: str | Path, header: Header) -> str | None:
+    """Path binding (format §2.6): the dir names the header's cwd and id map to, or None.
+    ``session_dir`` may be text (a listed entry's ``dir_text``: no Path built for a check
+    that nearly always passes)."""
     expected_project = project_dir_name(header.cwd)
     expected_dir = encode_segment(header.id)
-    actual = f"{session_dir.parent.name}/{session_dir.name}"
+    project, _, name = os.fspath(session_dir).rpartition(os.sep)
+    actual = f"{os.path.basename(project)}/{name}"
     if actual == f"{expected_project}/{expected_dir}":
         return None
     return f"the log lives in {actual} but its header binds it to {expected_project}/{expected_dir}"
