@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -167,23 +168,44 @@ def import_bundle(
 
     ``archive_arg`` ``-`` reads standard input; a pipe is read once, into an unnamed file of
     the root (gone when the import ends), since the import reads the archive twice: once to
-    verify everything, once to publish. ``compression`` None detects it from the content."""
+    verify everything, once to publish. A dry run writes nothing in the root, not even that:
+    its copy goes to an unnamed file of the temp dir (``$TMPDIR``). ``compression`` None
+    detects it from the content."""
     stdin = archive_arg == tarstream.STDIN_NAME
     archive = Path(tarstream.STDIN_NAME) if stdin else expand_home(archive_arg).absolute()
     root = Root(resolve_root(root_option, env), progress=progress)
     if cwd is not None:
         check_cwd(cwd)
     with tarstream.open_source(archive_arg, archive) as opened:
-        source = opened if opened.seekable else _spool(opened, root.path)
+        spool_in = None if dry_run else root.path  # a dry run writes nothing in the root
+        source = opened if opened.seekable else _spool(opened, spool_in)
         with source:
             return _import(
                 root, archive, source, compression, new_ids, cwd, dry_run, clock, workspace
             )
 
 
-def _spool(stream: Source, root: Path) -> Source:
+def _spool(stream: Source, root: Path | None) -> Source:
     """A pipe copied into an unnamed file of the root (a named temp, unlinked at once, where
-    the file system has no unnamed files): the root's own disk holds what the import writes."""
+    the file system has no unnamed files): the root's own disk holds what the import writes.
+    With no root (a dry run, which writes nothing there) the file is one of the temp dir."""
+    fd = _unnamed_in(root) if root is not None else _unnamed_temp()
+    where = root if root is not None else Path(tempfile.gettempdir())
+    try:
+        size = 0
+        while chunk := os.read(stream.fd, tarstream.PIECE_BYTES):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+            size += len(chunk)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError as exc:
+        os.close(fd)
+        raise IoError.of(exc, "copy standard input into", where=where) from None
+    return Source(fd, stream.name, size, owned=True)
+
+
+def _unnamed_in(root: Path) -> int:
     try:
         folder = DirFd.open(root, root)
     except FileNotFoundError:
@@ -198,18 +220,15 @@ def _spool(stream: Source, root: Path) -> Source:
         raise IoError.of(exc, where=root) from None
     finally:
         folder.close()
+    return fd
+
+
+def _unnamed_temp() -> int:
     try:
-        size = 0
-        while chunk := os.read(stream.fd, tarstream.PIECE_BYTES):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-            size += len(chunk)
-        os.lseek(fd, 0, os.SEEK_SET)
+        with tempfile.TemporaryFile() as handle:
+            return os.dup(handle.fileno())
     except OSError as exc:
-        os.close(fd)
-        raise IoError.of(exc, "copy standard input into", where=root) from None
-    return Source(fd, stream.name, size, owned=True)
+        raise IoError.of(exc, where=Path(tempfile.gettempdir())) from None
 
 
 def _import(

@@ -3,22 +3,33 @@
 Scenarios: an export piped into an import (``ssh host dsh-fork export S -o - | dsh-fork
 import -``) gives the same root as one through a file, in every compression, detected by its
 magic number or named by ``--format``; a terminal is never written to or read from, ``-o -``
-with ``--json`` is refused (both want standard output), and a ``--format`` that contradicts
-the file name is refused before anything is read.
+with ``--json`` is refused (both want standard output), a ``--format`` that contradicts
+the file name is refused before anything is read, and a dry run from a pipe writes nothing in
+the root.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
+import shutil
 import subprocess
+import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import cli_launcher
 import pytest
 from conftest import log_lines, run_cli, tree_digest
+from userkit import as_user
 
+import dsh_fork
+from dsh_fork.errors import DshForkError
 from dsh_fork.fixtures import generate
 from dsh_fork.generations import CURRENT_NAME
+from dsh_fork.importer import import_bundle
 
 TIMEOUT = 120
 
@@ -168,3 +179,48 @@ def test_an_unknown_format_is_a_usage_error(source: tuple[Path, str], tmp_path: 
 
     assert result.exit_code == 2
     assert "use zst, gz, xz, bz2 or tar" in result.stderr
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_a_dry_run_from_a_pipe_writes_nothing_in_a_root_it_cannot_write(
+    source: tuple[Path, str], tmp_path: Path
+) -> None:
+    """``import - --dry-run`` reads a pipe twice, so it keeps a copy of it: in the temp dir,
+    never in the root, which a dry run leaves as it is (here: one its user cannot write)."""
+    root, top = source
+    archive = tmp_path / "family.tar.zst"
+    assert run_cli("--root", root, "export", top, "-o", archive).exit_code == 0
+    data = archive.read_bytes()
+    base = Path(tempfile.mkdtemp(prefix="dsh-fork-dry-"))
+    try:
+        base.chmod(0o755)
+        target = base / "sessions"
+        generate(target, sessions=1, agents=0, depth=0, turns=1, seed=3)
+        for path in (base, target, *target.iterdir()):
+            path.chmod(0o755)  # readable by everyone, writable by root alone
+        before = tree_digest(target)
+        for module in pkgutil.walk_packages(dsh_fork.__path__, "dsh_fork."):
+            importlib.import_module(module.name)  # the child cannot read the interpreter's dir
+
+        def dry_run() -> object:
+            read_end, write_end = os.pipe()
+
+            def feed() -> None:
+                with os.fdopen(write_end, "wb") as pipe:
+                    pipe.write(data)
+
+            threading.Thread(target=feed, daemon=True).start()
+            sys.stdin = os.fdopen(read_end, "rb")
+            try:
+                result = import_bundle("-", str(target), dry_run=True, new_ids=True)
+            except DshForkError as exc:
+                return exc.code
+            return [item.status for item in result.items]
+
+        assert as_user(NOBODY, dry_run) == ["planned"] * 7
+        assert tree_digest(target) == before
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
