@@ -299,7 +299,7 @@ def _check_family(manifest: Manifest, where: str) -> None:
                 raise _bad(where, "the first session is not the bundle's top session")
         elif session.role == "top" or session.parent_session not in seen:
             raise _bad(where, f"{session.id}: its parent is not listed before it")
-        if session.role == "subagent" and session.origin != "subagent":
+        if session.role == "subagent" and session.origin not in ("subagent", None):
             raise _bad(where, f"{session.id}: listed as a subagent, but its origin is not")
         if session.role == "fork" and (session.origin is not None or not session.is_seeded):
             raise _bad(where, f"{session.id}: listed as a fork child, but it is not one")
@@ -507,6 +507,25 @@ def check_log(member: Member, where: str) -> CheckedLog:
     if seq != session.events or facts.cut != session.cut:
         raise _bad(where, f"{session.member}: event count or cut differs from the manifest")
     return CheckedLog(header, scan.frames[0].end, seq, last_time, facts)
+
+
+def check_kind(session: BundleSession, log: CheckedLog, parent: Facts | None, where: str) -> None:
+    """A session listed as a subagent without ``origin`` is one only by the logs (dsh-world
+    §4, ``kinds.delegation``): its parent's log (``parent``, verified before it) catalogues
+    it, or it holds its own descriptor. Listed so without either, it is a user fork the
+    manifest misnames, and an import under new ids would make a subagent of it."""
+    if session.role != "subagent" or session.origin == "subagent":
+        return
+    from .kinds import Evidence, delegation
+
+    catalogued = parent is not None and session.id in Evidence.of(parent).catalogued
+    own = Evidence.of(log.facts).own_descriptor
+    if delegation(log.header, own_descriptor=own, catalogued_by_parent=catalogued) is None:
+        raise _bad(
+            where,
+            f"{session.member}: listed as a subagent without origin, but neither its parent's "
+            "catalog nor its own descriptor makes it a delegation child",
+        )
 
 
 def digest_of(data: bytes | memoryview) -> str:

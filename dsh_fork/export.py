@@ -55,6 +55,7 @@ from .errors import (
 from .errors import unsupported_below_v4 as below_v4
 from .generations import SUPPORTED_VERSION, list_generations, select
 from .ids import ClockMs, now_ms
+from .kinds import EVIDENCE_TYPES, Evidence, delegation
 from .layout import decode_segment, expand_home, project_dir_name
 from .locking import running
 from .model import derive
@@ -234,6 +235,7 @@ class _Walk:
         self.sessions: list[BundleSession] = []
         self.left_out: list[LeftOut] = []
         self._named: set[str] = set()  # dirs already described or left out
+        self._evidence: dict[str, Evidence] = {}  # what each log read says for the kind rule
 
     def run(self) -> None:
         self.root.entries()  # read first ("sessions read"): the family is found in them
@@ -268,15 +270,57 @@ class _Walk:
             if not queue:
                 queue = self._unreadable_near(project_dirs, seen)
 
-    def _kids(self, parent: str) -> list[tuple[SessionEntry, Role]]:
-        kids: list[tuple[SessionEntry, Role]] = [
+    def _kids(self, parent: str) -> list[tuple[SessionEntry, Role | None]]:
+        """The parent's children that go with it, in (createdAt, id) order: its subagents by
+        header, and each child its header calls a fork that the rule of dsh-world §4
+        (``kinds.delegation``) makes a delegation child — catalogued by the parent's log
+        (read before its children), or holding its own descriptor (read for that alone,
+        unless ``forks`` exports it anyway: its role, None here, is then settled by the read
+        that archives it). A fork child whose log cannot be read may be either: it is named
+        as left out, never dropped in silence."""
+        above = self._evidence.get(parent)
+        catalogued = above.catalogued if above is not None else frozenset()
+        kids: list[tuple[SessionEntry, Role | None]] = [
             (e, "subagent") for e in self.root.children_of(parent)
         ]
-        if self.forks:
-            kids += [(e, "fork") for e in self.root.forks_of(parent)]
-        return kids
+        for entry in self.root.forks_of(parent):
+            assert entry.header is not None  # a fork child by its header
+            if delegation(
+                entry.header,
+                own_descriptor=False,
+                catalogued_by_parent=(entry.header.id in catalogued),
+            ):
+                kids.append((entry, "subagent"))
+            elif self.forks:
+                kids.append((entry, None))
+            else:
+                own = self._own_descriptor(entry)
+                if isinstance(own, DshForkError):
+                    message = f"{own.message} (so it cannot be told whether it is a subagent)"
+                    self._leave(entry.id, entry.session_dir, own.code, message)
+                elif own:
+                    kids.append((entry, "subagent"))
+        return sorted(kids, key=lambda kid: (kid[0].created_at, kid[0].id or ""))
 
-    def _member(self, entry: SessionEntry, role: Role) -> bool:
+    def _own_descriptor(self, entry: SessionEntry) -> bool | DshForkError:
+        """Whether a fork child by its header holds its own ``subagent/descriptor`` (a read of
+        its log for the rule alone: a user fork is not exported without ``forks``)."""
+        generation = entry.generation
+        if generation is None:
+            return IoError(f"{entry.session_dir} holds no session log that can be read")
+        try:
+            log = open_log(generation, collect=EVIDENCE_TYPES, stream=True)
+        except DshForkError as exc:
+            return exc
+        except OSError as exc:
+            return IoError.of(exc, "read", where=entry.session_dir)
+        try:
+            return Evidence.of(derive(log.header, log.event_count, log.collected)).own_descriptor
+        finally:
+            if isinstance(log.content, FileBytes):
+                log.content.close()
+
+    def _member(self, entry: SessionEntry, role: Role | None) -> bool:
         """Read and write one member; False (and named) when it cannot be read."""
         if entry.error is not None:
             self._leave(entry.id, entry.session_dir, entry.error.code, entry.error.message)
@@ -314,7 +358,7 @@ class _Walk:
                 found.append((session_id, False))
         return found
 
-    def _read(self, session_dir: Path, role: Role) -> BundleSession:
+    def _read(self, session_dir: Path, role: Role | None) -> BundleSession:
         """One read of the highest generation: checked, described, and its committed part
         written."""
         _refuse_links(session_dir)
@@ -329,18 +373,30 @@ class _Walk:
                 f"{generation.path}: plain logs are not exported (a bundle holds v4 zstd logs)",
                 path=str(generation.path),
             )
-        log = open_log(generation, collect=("session/end-seed",))
+        log = open_log(generation, collect=EVIDENCE_TYPES)
         try:
             return self._store(session_dir, role, generation.version, log)
         finally:
             if isinstance(log.content, FileBytes):
                 log.content.close()  # the descriptor a large log is read through
 
-    def _store(self, session_dir: Path, role: Role, version: int, log: SessionLog) -> BundleSession:
+    def _store(
+        self, session_dir: Path, role: Role | None, version: int, log: SessionLog
+    ) -> BundleSession:
         """The committed part of ``log`` into the spool, hashed as it is written: the bytes
         pass through one buffer (a log is never held whole), read once more from the
-        descriptor the check read (held in memory when small: not read again)."""
+        descriptor the check read (held in memory when small: not read again). A role None
+        (a fork child by its header, exported with ``forks``) is settled by this log's own
+        descriptor (dsh-world §4; its parent's catalog was asked first)."""
         header = log.header
+        facts = derive(header, log.event_count, log.collected)
+        evidence = Evidence.of(facts)
+        self._evidence[header.id] = evidence
+        if role is None:
+            why = delegation(
+                header, own_descriptor=evidence.own_descriptor, catalogued_by_parent=False
+            )
+            role = "fork" if why is None else "subagent"
         committed = log.size if log.torn is None else log.torn.offset
         lock_held = running(session_dir)
         if lock_held:
@@ -365,7 +421,6 @@ class _Walk:
                 progress.advance(len(piece))
 
         self.logs.add_pieces(member, committed, pieces(), self.mtime, stored=True)
-        facts = derive(header, log.event_count, log.collected)
         session = BundleSession(
             id=header.id,
             role=role,

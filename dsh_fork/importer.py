@@ -291,6 +291,9 @@ def _verify(
     top_cwd = manifest.sessions[0].cwd
     for member in bundle.members(source, manifest, compression):
         log = bundle.check_log(member, source.name)
+        above = checked.get(member.session.parent_session or "")
+        parent = above.facts if above is not None and member.session.role != "top" else None
+        bundle.check_kind(member.session, log, parent, source.name)
         item = _checked(member.session, log)
         if cwd is not None:  # same ids: only the header changes, so the result is known now
             moved = _moved(member.session.cwd, top_cwd, cwd)

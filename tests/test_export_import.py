@@ -23,6 +23,7 @@ import cli_launcher
 import orjson
 import pytest
 from conftest import log_events, log_header, log_lines, run_cli, tree_digest
+from relinkkit import CWD, fork_of, subagent
 from safetykit import snapshot
 from schemakit import check
 
@@ -772,3 +773,133 @@ def test_a_session_below_v4_is_not_exported(tmp_path: Path, clock: Clock) -> Non
     assert result.exit_code == 8
     assert "open the session once in DSH" in result.stderr
     assert not (tmp_path / "f.tar").exists()
+
+
+# -- delegation children without origin (dsh-world §4) -----------------------------------------
+
+
+def delegation_family(root: Path, clock: Clock) -> dict[str, SessionSpec]:
+    """P with a subagent by its header, two children without ``origin`` that the logs make
+    delegation children (one its parent catalogues, one holding its own descriptor), and a
+    user fork (neither); the user fork has a subagent of its own."""
+    parent = SessionSpec(id="session-P", created_at=clock(), cwd=CWD)
+    parent.turn(clock, "delegate")
+    helper = subagent(clock, "helper-1", parent)
+    parent.catalog(clock, helper, label="helper 1")
+    parent.flush()
+    catalogued = fork_of(parent, "delegated-catalogued", clock())
+    catalogued.turns = parent.turns  # its turns go on from the inherited ones
+    catalogued.turn(clock, "work of the catalogued child")
+    catalogued.flush()
+    parent.catalog(clock, catalogued, label="delegated reviewer")
+    parent.flush()
+    described = fork_of(parent, "delegated-described", clock())
+    described.turns = parent.turns  # its turns go on from the inherited ones
+    described.descriptor(clock, "delegated writer")
+    described.turn(clock, "work of the described child")
+    described.flush()
+    user_fork = fork_of(parent, "session-user-fork", clock())
+    user_fork.turns = parent.turns  # its turns go on from the inherited ones
+    user_fork.turn(clock, "the user's branch")
+    user_fork.flush()
+    fork_helper = subagent(clock, "helper-of-fork", user_fork)
+    user_fork.catalog(clock, fork_helper, label="helper of the fork")
+    user_fork.flush()
+    specs = [parent, helper, catalogued, described, user_fork, fork_helper]
+    for spec in specs:
+        spec.publish(root)
+    return {spec.id: spec for spec in specs}
+
+
+def roles_of(document: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    return [(s["id"], s["role"], s["origin"]) for s in document["manifest"]["sessions"]]
+
+
+def test_a_delegation_child_without_origin_goes_with_its_parent(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Without --forks the family is the session and its delegation children, whatever their
+    headers lack: a child its parent catalogues, or that holds its own descriptor, is a
+    subagent; a user fork stays out (with --forks it comes, as a fork, with its own tree)."""
+    root = tmp_path / "a" / "sessions"
+    delegation_family(root, clock)
+
+    plain = run_cli("--root", root, "export", "session-P", "-o", tmp_path / "p.tar", "--json")
+    with_forks = run_cli(
+        "--root", root, "export", "session-P", "-o", tmp_path / "f.tar", "--forks", "--json"
+    )
+
+    assert plain.exit_code == 0, plain.stderr
+    assert roles_of(plain.json()) == [
+        ("session-P", "top", None),
+        ("helper-1", "subagent", "subagent"),
+        ("delegated-catalogued", "subagent", None),
+        ("delegated-described", "subagent", None),
+    ]
+    assert with_forks.exit_code == 0, with_forks.stderr
+    assert roles_of(with_forks.json()) == [
+        *roles_of(plain.json()),
+        ("session-user-fork", "fork", None),
+        ("helper-of-fork", "subagent", "subagent"),
+    ]
+    for archive in ("p.tar", "f.tar"):
+        home_b = tmp_path / f"into-{archive}" / "sessions"
+        imported = run_cli("--root", home_b, "import", tmp_path / archive)
+        assert imported.exit_code == 0, imported.stderr
+        assert logs(home_b) == {k: v for k, v in logs(root).items() if k in logs(home_b)}
+        doctor_ok(home_b)
+    assert len(logs(tmp_path / "into-p.tar" / "sessions")) == 4
+    assert logs(tmp_path / "into-f.tar" / "sessions") == logs(root)
+
+
+def test_a_user_fork_listed_as_a_subagent_is_refused(tmp_path: Path, clock: Clock) -> None:
+    """The importer holds a subagent without origin to the rule: a manifest that lists a user
+    fork as a subagent is refused before anything is written."""
+    root = tmp_path / "a" / "sessions"
+    delegation_family(root, clock)
+    archive = export(root, "session-P", tmp_path / "f.tar", "--forks")
+
+    def as_subagent(value: dict[str, Any]) -> None:
+        for session in value["sessions"]:
+            if session["id"] == "session-user-fork":
+                session["role"] = "subagent"
+
+    _rewrite(archive, _manifest_edit(as_subagent))
+    home_b = tmp_path / "b" / "sessions"
+    result = run_cli("--root", home_b, "import", archive, "--new-ids")
+
+    assert result.exit_code == 9, result.stderr
+    assert "listed as a subagent without origin" in result.stderr
+    assert not home_b.exists()
+
+
+def test_a_fork_child_that_cannot_be_read_is_named_not_dropped(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Whether a fork child by its header is a delegation child is in its log: one that cannot
+    be read may belong to the family, so the export names it instead of leaving it out."""
+    root = tmp_path / "a" / "sessions"
+    specs = delegation_family(root, clock)
+    log = root / project_dir_name(CWD) / "session-user-fork" / CURRENT_NAME
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) // 2] + b"\x00" * 16 + data[len(data) // 2 + 16 :])
+    assert "session-user-fork" in specs
+
+    refused = run_cli("--root", root, "export", "session-P", "-o", tmp_path / "p.tar")
+    skipped = run_cli(
+        "--root",
+        root,
+        "export",
+        "session-P",
+        "-o",
+        tmp_path / "s.tar",
+        "--skip-unreadable",
+        "--json",
+    )
+
+    assert refused.exit_code == 9, refused.stderr
+    assert "session-user-fork" in refused.stderr
+    assert "cannot be told whether it is a subagent" in refused.stderr
+    assert not (tmp_path / "p.tar").exists()
+    assert skipped.exit_code == 10, skipped.stderr
+    assert [s["id"] for s in skipped.json()["manifest"]["sessions"]][-1] == "delegated-described"
