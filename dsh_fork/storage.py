@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 import stat
 import time
 from collections.abc import Iterable
@@ -118,7 +117,7 @@ def replace(held: Held, name: str, data: Iterable[bytes], was: os.stat_result) -
     """Temp file (``O_EXCL``, 0600) in the storages dir, the old file's owner and mode, fsync,
     a last check that the file is still the one read, rename over it, fsync the dir."""
     storages = held.storages
-    temp = f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    temp = f".{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"  # not secrets: it loads OpenSSL
     fd = storages.create_file(temp, 0o600)
     named = True
     try:
