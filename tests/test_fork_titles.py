@@ -8,12 +8,16 @@ nothing. Each turn of ``SessionSpec.turn`` is six events, so two turns end at se
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import hypothesis_profiles  # noqa: F401  (registers and loads the Hypothesis profile)
 import orjson
 import pytest
 from conftest import log_events, log_lines, run_cli, tree_digest
+from hypothesis import given
+from hypothesis import strategies as st
 from schemakit import check
 
 from dsh_fork import titles
@@ -107,6 +111,22 @@ def test_the_increase_rule_is_dsh_s(source: str, child: str) -> None:
 )
 def test_titles_are_normalised_as_dsh_saves_them(raw: str, saved: str) -> None:
     assert titles.normalized(raw) == saved
+
+
+def by_the_patterns(text: str) -> str:
+    """``normalized`` by DSH's patterns alone, without the shortcut for plain ASCII."""
+    for pattern in titles._STRIPPED:
+        text = re.sub(pattern, "", text)
+    text = re.sub(titles._SPACES, " ", text).strip(" ")
+    return titles._cut(text, titles.MAX_TITLE_BYTES).rstrip(" ")
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=120))
+def test_a_plain_ascii_title_is_normalised_as_the_patterns_normalise_it(text: str) -> None:
+    """Printable ASCII holds no escape, control or invisible character, and no whitespace but
+    the space: its words joined by single spaces are what DSH's patterns leave of it."""
+    assert titles.normalized(text) == by_the_patterns(text)
+    assert titles.normalized(f"  {text}   {text} ") == by_the_patterns(f"  {text}   {text} ")
 
 
 def test_a_long_title_is_cut_to_80_bytes_on_a_code_point() -> None:
