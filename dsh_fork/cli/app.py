@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 _MODULES = {"list": "list_sessions", "import": "import_"}  # modules not named for their command
 _COMPLETION_VAR = "_DSH_FORK_COMPLETE"
+_COMPLETION_OPTIONS = ("--install-completion", "--show-completion")
 
 
 def __getattr__(name: str) -> typer.Typer:
@@ -53,6 +54,10 @@ def main() -> None:
 
     if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
         _register_all()
+    elif not any(arg.startswith(_COMPLETION_OPTIONS) for arg in args):
+        # typer builds its two completion options (a signature read of their own) on every
+        # run; only the app's help and a run that names them use them.
+        base.app._add_completion = False
     base.app(prog_name="dsh-fork")
 
 
