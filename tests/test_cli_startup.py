@@ -1,12 +1,16 @@
 """The console script registers only the command it runs (start-up), and every command when
-it must list them: ``--help``, no command, an unknown name, or ``app`` imported for tests."""
+it must list them: ``--help``, no command, an unknown name, or ``app`` imported for tests. A
+run imports only what it uses: rich only where a terminal shows the result."""
 
 from __future__ import annotations
 
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from dsh_fork.cli import app as app_module
@@ -118,4 +122,38 @@ def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imp
         check=True,
     )
     assert f"agents: copied {agents}," in proc.stdout
+    assert (proc.stderr.strip().splitlines() or [""])[-1] == imported
+
+
+LAZY = ("rich", "hashlib", "secrets")
+"""What a fork printing JSON has no use for: rich draws only on a terminal, and OpenSSL (which
+``secrets`` loads) is not how temp names are drawn."""
+LAZY_PROBE = probe(f"' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & {set(LAZY)!r}))")
+
+
+@pytest.mark.parametrize(("terminal", "imported"), [(False, ""), (True, "rich")])
+def test_rich_is_loaded_only_where_a_terminal_shows_the_result(
+    tmp_path: Path, terminal: bool, imported: str
+) -> None:
+    """Start-up is paid by every run: a two-turn ``fork --json`` imports neither rich nor
+    OpenSSL; the same fork printed on a terminal draws its summary with rich."""
+    root = tmp_path / "sessions"
+    summary = generate(root, sessions=1, agents=0, depth=0, turns=2, workspaces=True)
+    args = ["--root", str(root), "fork", summary.top_level[0]]
+    main, side = pty.openpty() if terminal else (None, subprocess.PIPE)
+    proc = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE, *args, *([] if terminal else ["--json"])],
+        stdout=side,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=True,
+        env={**os.environ, "HOME": str(tmp_path / "home"), "COLUMNS": "120"},
+    )
+    if main is None:
+        assert orjson.loads(proc.stdout)["child"]["parentSession"] == summary.top_level[0]
+    else:
+        assert isinstance(side, int)
+        os.close(side)
+        assert b"Forked " + summary.top_level[0].encode() in os.read(main, 65536)
+        os.close(main)
     assert (proc.stderr.strip().splitlines() or [""])[-1] == imported
