@@ -55,6 +55,19 @@ def test_help_lists_every_command() -> None:
         assert f"  {name} " in out
 
 
+def test_the_completion_options_are_there_for_the_runs_that_use_them() -> None:
+    """typer's completion options are built only for the app's help and their own runs (a
+    command run leaves them out): the help lists them, and they work."""
+    _, out = loaded_commands("--help")
+    assert "--install-completion" in out
+    assert "--show-completion" in out
+    _, script = loaded_commands("--show-completion", "bash")
+    assert "_DSH_FORK_COMPLETE=complete_bash" in script
+    loaded, script = loaded_commands("--show-completion", "fork")  # a command named: its own
+    assert "fork" in loaded and "inspect" not in loaded  # run, with the option it names
+    assert "_DSH_FORK_COMPLETE=complete_" in script
+
+
 def test_app_imported_from_the_entry_module_has_every_command() -> None:
     names = {app_module._name_of(info) for info in app_module.app.registered_commands}
     assert {"doctor", "fixture", "fork", "inspect", "list-agents", "relink"} <= names
