@@ -374,7 +374,127 @@ class Counts(Struct, rename="camel"):
     info: int
 
 
-class InspectDocument(Document):
+class GenerationFile(Struct, rename="camel"):
+    """A canonical generation file of the session dir."""
+
+    version: int
+    file: str
+    encoding: Literal["zstd", "plain"]
+    size: int
+    mtime: EpochMs
+    events: Annotated[int | None, Meta(description="null when it could not be read.")]
+    turn_ends: int | None
+    chosen: bool
+    error: Annotated[str, Meta(description="Why it could not be read.")] | UnsetType = UNSET
+
+
+class LargestFrame(Struct):
+    """The largest frame: its 1-based number and compressed size."""
+
+    frame: int
+    bytes: int
+
+
+class FrameCounts(Struct, rename="camel"):
+    """The zstd frames of the log."""
+
+    count: int
+    header_frame_ok: bool
+    with_checksum: int
+    without_checksum: int
+    largest: LargestFrame
+
+
+class TornTail(Struct, rename="camel"):
+    """Bytes after the last complete frame or line, which DSH truncates on its next write."""
+
+    offset: int
+    bytes: int
+    complete_lines: int
+    recoverable_lines: int
+
+
+class EventCounts(Struct, rename="camel"):
+    """Events, in all and by type."""
+
+    total: int
+    by_type: dict[str, int]
+
+
+class OpenTurn(Struct, rename="camel"):
+    """The turn left open at the end of the log."""
+
+    turn: Annotated[Any, Meta(description="data.turn of its turn/start.")]
+    start_seq: int
+    open_step: int | None
+    unresolved_calls: list[str]
+
+
+class TurnCounts(Struct, rename="camel"):
+    """Completed turns, and the open one."""
+
+    completed: int
+    open: OpenTurn | None
+
+
+class Boundaries(Struct, rename="camel"):
+    """Where a fork may cut."""
+
+    ranges: Annotated[list[list[int]], Meta(description="[first, last] seqs of each range.")]
+    turn_ends: list[int]
+
+
+class Inheritance(Struct, rename="camel"):
+    """What the session inherited from its parent."""
+
+    cut: int
+    is_seeded: bool
+    parent_session: str | None
+    parent_exists: bool | None
+    markers: Annotated[list[int], Meta(description="Seqs of the inherited-prefix markers.")]
+    last_inherited_time: EpochMs | None
+    last_inherited_time_iso: IsoTime | None
+
+
+class Descriptor(Struct, rename="camel"):
+    """The session's subagent/descriptor (values as the log holds them)."""
+
+    seq: int
+    version: Any
+    mode: Any
+    label: Any
+    provider: Any
+    inherited_only: bool
+
+
+class CatalogRow(Struct, rename="camel"):
+    """A catalog fact of the own range (values as the log holds them)."""
+
+    seq: int
+    child_id: Any
+    child_created_at: Any
+    mode: Any
+    label: Any
+    version: Any
+
+
+class ModelChoice(Struct):
+    """The provider and model last chosen."""
+
+    provider: str | None
+    model: str | None
+
+
+class EventLine(Struct):
+    """One event, as inspect --events lists it."""
+
+    seq: int
+    type: str
+    time: EpochMs | None
+    summary: str
+
+
+class InspectDocument(Document, kw_only=True):
     """inspect SESSION"""
 
     schema_version: Version1
@@ -382,32 +502,30 @@ class InspectDocument(Document):
     path: str
     header: dict[str, Any]
     generation: Generation
-    generations: list[dict[str, Any]]
+    generations: list[GenerationFile]
+    ignored_files: list[str]
     root_encoding: str
     path_binding: PathBinding
-    frames: Annotated[dict[str, Any] | None, Meta(description="null for a plain-text log.")]
-    torn_tail: dict[str, Any] | None
-    lock: str
-    events: dict[str, Any]
-    turns: dict[str, Any]
-    boundaries: dict[str, Any]
-    inheritance: dict[str, Any]
+    frames: Annotated[FrameCounts | None, Meta(description="null for a plain-text log.")]
+    torn_tail: TornTail | None
+    lock: Literal["absent", "free", "held", "unknown"]
+    events: EventCounts
+    turns: TurnCounts
+    boundaries: Boundaries
+    inheritance: Inheritance
+    descriptor: Descriptor | None
+    catalog: Annotated[
+        list[CatalogRow], Meta(description="The own-range catalog (entries at or after the cut).")
+    ]
+    title: str | None
+    preset: str | None
+    model: ModelChoice
+    pending_inbox: list[Any]
     findings: list[dict[str, Any]]
     counts: Counts
-    ignored_files: list[str] | UnsetType = UNSET
-    descriptor: dict[str, Any] | UnsetType | None = UNSET
-    catalog: (
-        Annotated[
-            list[Any], Meta(description="The own-range catalog (entries at or after the cut).")
-        ]
-        | UnsetType
-    ) = UNSET
-    title: str | UnsetType | None = UNSET
-    preset: str | UnsetType | None = UNSET
-    model: dict[str, Any] | UnsetType = UNSET
-    pending_inbox: list[Any] | UnsetType = UNSET
     event_list: (
-        Annotated[list[Any], Meta(description="With --events: one entry per event.")] | UnsetType
+        Annotated[list[EventLine], Meta(description="With --events: one entry per event.")]
+        | UnsetType
     ) = UNSET
     turn_list: Annotated[list[Turn], Meta(description="Present only with --turns.")] | UnsetType = (
         UNSET

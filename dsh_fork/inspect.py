@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, field
 
+from . import documents as docs
 from . import frames as zframes
 from .budget import CHECK_MIN_BYTES, check_line
 from .discovery import Located, locate
@@ -36,7 +37,7 @@ from .records import (
     header_version,
     parse_event,
 )
-from .results import rows
+from .results import SCHEMA_VERSION, Documented, rows
 from .sessionlog import FramedLog, SessionLog
 from .times import iso_ms
 from .validation import (
@@ -60,16 +61,8 @@ _SPACES = re.compile(r"\s+")
 # -- short event lines ------------------------------------------------------------------------
 
 
-class EventLine(Struct, frozen=True):
-    """One line of ``inspect --events``."""
-
-    seq: int
-    type: str
-    time: int | None
-    summary: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "type": self.type, "time": self.time, "summary": self.summary}
+EventLine = docs.EventLine
+"""One line of ``inspect --events``."""
 
 
 def format_ranges(seqs: list[int]) -> str:
@@ -205,25 +198,25 @@ def summarize(ev: Event) -> str:
 # -- the report -------------------------------------------------------------------------------
 
 
-class FrameStats(Struct):
+class FrameStats(Documented, Struct):
     count: int
     header_frame_ok: bool
     with_checksum: int
     largest_index: int
     largest_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "headerFrameOk": self.header_frame_ok,
-            "withChecksum": self.with_checksum,
-            "withoutChecksum": self.count - self.with_checksum,
-            "largest": {"frame": self.largest_index + 1, "bytes": self.largest_bytes},
-        }
+    def to_document(self) -> docs.FrameCounts:
+        return docs.FrameCounts(
+            count=self.count,
+            header_frame_ok=self.header_frame_ok,
+            with_checksum=self.with_checksum,
+            without_checksum=self.count - self.with_checksum,
+            largest=docs.LargestFrame(self.largest_index + 1, self.largest_bytes),
+        )
 
 
-class InspectReport(Struct):
-    """Everything ``inspect`` shows; ``to_json`` is the ``--json`` document."""
+class InspectReport(Documented, Struct):
+    """Everything ``inspect`` shows; ``to_document`` is the ``--json`` document."""
 
     session_dir: Path
     log: SessionLog
@@ -261,48 +254,42 @@ class InspectReport(Struct):
     def boundaries(self) -> list[tuple[int, int]]:
         return self.facts.boundary_ranges()
 
-    def descriptor_json(self) -> dict[str, Any] | None:
+    def descriptor(self) -> docs.Descriptor | None:
         descriptor = self.facts.descriptor()
         if descriptor is None:
             return None
         data = descriptor.data if isinstance(descriptor.data, dict) else {}
         version = data.get("version")
-        mode = data.get("mode", "continuable" if version == 1 else None)
-        return {
-            "seq": descriptor.seq,
-            "version": version,
-            "mode": mode,
-            "label": data.get("label"),
-            "provider": data.get("provider"),
-            "inheritedOnly": descriptor.inherited_only,
-        }
+        return docs.Descriptor(
+            seq=descriptor.seq,
+            version=version,
+            mode=data.get("mode", "continuable" if version == 1 else None),
+            label=data.get("label"),
+            provider=data.get("provider"),
+            inherited_only=descriptor.inherited_only,
+        )
 
-    def catalog_json(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+    def catalog(self) -> list[docs.CatalogRow]:
+        rows: list[docs.CatalogRow] = []
         for entry in self.facts.own_catalog():
             data = entry.data if isinstance(entry.data, dict) else {}
             rows.append(
-                {
-                    "seq": entry.seq,
-                    "childId": data.get("childId"),
-                    "childCreatedAt": data.get("childCreatedAt"),
-                    "mode": data.get("mode"),
-                    "label": data.get("label"),
-                    "version": data.get("version"),
-                }
+                docs.CatalogRow(
+                    seq=entry.seq,
+                    child_id=data.get("childId"),
+                    child_created_at=data.get("childCreatedAt"),
+                    mode=data.get("mode"),
+                    label=data.get("label"),
+                    version=data.get("version"),
+                )
             )
         return rows
 
-    def open_turn_json(self) -> dict[str, Any] | None:
+    def open_turn(self) -> docs.OpenTurn | None:
         turn = self.facts.open_turn
         if turn is None:
             return None
-        return {
-            "turn": turn.turn,
-            "startSeq": turn.start_seq,
-            "openStep": self.open_step,
-            "unresolvedCalls": self.unresolved_calls,
-        }
+        return docs.OpenTurn(turn.turn, turn.start_seq, self.open_step, self.unresolved_calls)
 
     def pending_inbox(self) -> list[Any]:
         """Inherited items the session would still deliver (its own range may cancel them)."""
@@ -312,71 +299,65 @@ class InspectReport(Struct):
         """Inspecting is one read: it succeeds or fails whole."""
         return None
 
-    def to_json(self, *, with_events: bool = True) -> dict[str, Any]:
-        """The ``--json`` document; ``with_events=False`` leaves out the event list."""
+    def to_document(self) -> docs.InspectDocument:
         log, facts = self.log, self.facts
         chosen = log.generation
         provider, model = facts.provider_model
         torn = log.torn
         turn_ends = facts.turn_ends
-        out: dict[str, Any] = {
-            "session": self.session_id,
-            "path": str(self.session_dir),
-            "header": self.header,
-            "generation": {
-                "version": chosen.version,
-                "file": chosen.name,
-                "encoding": chosen.encoding,
-            },
-            "generations": [g.to_json(g.generation == chosen) for g in self.generations],
-            "ignoredFiles": self.ignored_files,
-            "rootEncoding": self.root_encoding,
-            "pathBinding": {"ok": self.binding is None, "problem": self.binding},
-            "frames": None if self.frames is None else self.frames.to_json(),
-            "tornTail": None
+        return docs.InspectDocument(
+            schema_version=SCHEMA_VERSION,
+            session=self.session_id,
+            path=str(self.session_dir),
+            header=self.header,
+            generation=docs.Generation(chosen.version, chosen.name, chosen.encoding),
+            generations=[g.to_document(g.generation == chosen) for g in self.generations],
+            ignored_files=self.ignored_files,
+            root_encoding=self.root_encoding,
+            path_binding=docs.PathBinding(self.binding is None, self.binding),
+            frames=None if self.frames is None else self.frames.to_document(),
+            torn_tail=None
             if torn is None
-            else {
-                "offset": torn.offset,
-                "bytes": torn.size,
-                "completeLines": len(torn.recovered),
-                "recoverableLines": self.recoverable_lines,
-            },
-            "lock": self.lock,
-            "events": {"total": log.event_count, "byType": self.by_type},
-            "turns": {"completed": len(turn_ends), "open": self.open_turn_json()},
-            "boundaries": {
-                "ranges": [list(r) for r in self.boundaries()],
-                "turnEnds": turn_ends,
-            },
-            "inheritance": {
-                "cut": facts.cut,
-                "isSeeded": log.header.is_seeded,
-                "parentSession": log.header.parent_session,
-                "parentExists": self.parent_exists,
-                "markers": facts.tagged_markers,
-                "lastInheritedTime": self.last_inherited_time,
-                "lastInheritedTimeIso": iso_ms(self.last_inherited_time),
-            },
-            "descriptor": self.descriptor_json(),
-            "catalog": self.catalog_json(),
-            "title": facts.title,
-            "preset": facts.preset,
-            "model": {"provider": provider, "model": model},
-            "pendingInbox": self.pending_inbox(),
-            "findings": [f.to_json() for f in self.findings],
-            "counts": counts(self.findings),
-        }
-        if self.event_lines is not None and with_events:
-            out["eventList"] = rows(self.event_lines, EventLine.to_json)
-        if self.turn_list is not None:
-            out["turnList"] = rows(self.turn_list, _turn_json)
-        return out
+            else docs.TornTail(
+                offset=torn.offset,
+                bytes=torn.size,
+                complete_lines=len(torn.recovered),
+                recoverable_lines=self.recoverable_lines,
+            ),
+            lock=self.lock,
+            events=docs.EventCounts(log.event_count, self.by_type),
+            turns=docs.TurnCounts(len(turn_ends), self.open_turn()),
+            boundaries=docs.Boundaries([list(r) for r in self.boundaries()], turn_ends),
+            inheritance=docs.Inheritance(
+                cut=facts.cut,
+                is_seeded=log.header.is_seeded,
+                parent_session=log.header.parent_session,
+                parent_exists=self.parent_exists,
+                markers=facts.tagged_markers,
+                last_inherited_time=self.last_inherited_time,
+                last_inherited_time_iso=iso_ms(self.last_inherited_time),
+            ),
+            descriptor=self.descriptor(),
+            catalog=self.catalog(),
+            title=facts.title,
+            preset=facts.preset,
+            model=docs.ModelChoice(provider, model),
+            pending_inbox=self.pending_inbox(),
+            findings=[f.to_json() for f in self.findings],
+            counts=docs.Counts(**counts(self.findings)),
+            event_list=UNSET if self.event_lines is None else rows(self.event_lines, _same),
+            turn_list=UNSET if self.turn_list is None else rows(self.turn_list, _turn),
+        )
 
 
-def _turn_json(turn: TurnSummary) -> dict[str, Any]:
-    """``TurnSummary.to_json``, named here without importing ``turns`` (only ``--turns``
-    needs it)."""
-    return turn.to_json()
+def _same(line: EventLine) -> EventLine:
+    return line
+
+
+def _turn(turn: TurnSummary) -> docs.Turn:
+    """``TurnSummary.to_document``, named here without importing ``turns`` (only
+    ``--turns`` needs it)."""
+    return turn.to_document()
 
 
 def _frame_stats(log: SessionLog) -> FrameStats | None:

@@ -17,10 +17,11 @@ from msgspec import Struct, field
 from .errors import InvalidBoundary, OpenTurn
 from .model import TURN_TYPES
 from .records import Event, dig
+from .results import Documented
 from .sessionlog import SessionLog
 
 if TYPE_CHECKING:
-    pass
+    from . import documents as docs
 
 CLOSE_TURN_HINT = "give --close-turn to fork there and close the turn"
 """Named by every OPEN_TURN refusal of a fork: the option that accepts such a boundary."""
@@ -37,7 +38,7 @@ CONTENT_TYPES = frozenset(("user/message", "tool/call", "subagent/catalog"))
 FIRST_LINE_WIDTH = 80
 
 
-class TurnSummary(Struct):
+class TurnSummary(Documented, Struct):
     """One turn: where it lies, how it ended, what the user asked, what ran in it."""
 
     number: int
@@ -57,20 +58,22 @@ class TurnSummary(Struct):
         """Its ``turn/end`` is a valid fork boundary; an open turn has none."""
         return self.end_seq is not None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "turn": self.number,
-            "startSeq": self.start_seq,
-            "endSeq": self.end_seq,
-            "lastSeq": self.last_seq,
-            "endTime": self.end_time,
-            "reason": self.reason,
-            "user": self.user,
-            "tools": self.tools,
-            "agents": self.agents,
-            "inherited": self.inherited,
-            "validBoundary": self.is_boundary,
-        }
+    def to_document(self) -> docs.Turn:
+        from . import documents as docs
+
+        return docs.Turn(
+            turn=self.number,
+            start_seq=self.start_seq,
+            end_seq=self.end_seq,
+            last_seq=self.last_seq,
+            end_time=self.end_time,
+            reason=self.reason,
+            user=self.user,
+            tools=self.tools,
+            agents=self.agents,
+            inherited=self.inherited,
+            valid_boundary=self.is_boundary,
+        )
 
 
 def first_line(message: Any) -> str | None:

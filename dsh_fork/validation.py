@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, field
 from msgspec.structs import replace
 
 from .errors import CorruptLog, DshForkError, SessionStale, UnsupportedFormat
@@ -43,6 +43,9 @@ from .records import (
     safe_int,
 )
 from .sessionlog import SessionLog
+
+if TYPE_CHECKING:
+    from . import documents
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -114,6 +117,7 @@ KNOWN_V4_TYPES = frozenset(
 SURFACE_TYPES = frozenset(
     ("system/message", "developer/message", "user/message", "assistant/message", "tool/result")
 )
+
 # Types whose ``data`` DSH relates to other events, hence must be an object (format §15).
 OBJECT_DATA_TYPES = SURFACE_TYPES | frozenset(
     (
@@ -1193,20 +1197,20 @@ class GenerationInfo(Struct, frozen=True):
     turn_ends: int | None
     error: str | None = None
 
-    def to_json(self, chosen: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "version": self.generation.version,
-            "file": self.generation.name,
-            "encoding": self.generation.encoding,
-            "size": self.size,
-            "mtime": self.mtime_ns // 1_000_000,
-            "events": self.events,
-            "turnEnds": self.turn_ends,
-            "chosen": chosen,
-        }
-        if self.error is not None:
-            out["error"] = self.error
-        return out
+    def to_document(self, chosen: bool) -> documents.GenerationFile:
+        from . import documents
+
+        return documents.GenerationFile(
+            version=self.generation.version,
+            file=self.generation.name,
+            encoding=self.generation.encoding,
+            size=self.size,
+            mtime=self.mtime_ns // 1_000_000,
+            events=self.events,
+            turn_ends=self.turn_ends,
+            chosen=chosen,
+            error=UNSET if self.error is None else self.error,
+        )
 
 
 def survey_generation(

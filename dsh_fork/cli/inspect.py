@@ -148,14 +148,11 @@ def _open_turn(report: InspectReport) -> str:
 
 
 def _descriptor(report: InspectReport) -> str:
-    descriptor = report.descriptor_json()
+    descriptor = report.descriptor()
     if descriptor is None:
         return "none"
-    text = (
-        f"seq {descriptor['seq']}: v{descriptor['version']} {descriptor['mode']} "
-        f"{descriptor['label']!r}"
-    )
-    if descriptor["inheritedOnly"]:
+    text = f"seq {descriptor.seq}: v{descriptor.version} {descriptor.mode} {descriptor.label!r}"
+    if descriptor.inherited_only:
         text += " (descriptor inherited only)"
     return text
 
@@ -188,12 +185,9 @@ def _turns(out: Out, report: InspectReport) -> None:
             ("inherited pending inbox", len(report.pending_inbox())),
         ],
     )
-    catalog = report.catalog_json()
+    catalog = report.catalog()
     if catalog:
-        rows = [
-            [c["seq"], c["childId"], c["mode"], c["label"], when(c["childCreatedAt"])]
-            for c in catalog
-        ]
+        rows = [[c.seq, c.child_id, c.mode, c.label, when(c.child_created_at)] for c in catalog]
         out.table("Own-range catalog", ["seq", "childId", "mode", "label", "childCreatedAt"], rows)
         out.line()
 
