@@ -14,6 +14,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from . import documents as docs
 from .catalog import fact_from_descriptor
 from .discovery import Located, Root, SessionEntry, locate
 from .errors import CorruptLog, DshForkError, Partial, UnsupportedFormat
@@ -24,6 +25,7 @@ from .model import MODEL_TYPES, CatalogEntry, Facts, facts_of
 from .provenance import Logged, match_copies
 from .reader import open_log
 from .records import Header, nonneg_int
+from .results import SCHEMA_VERSION, Documented
 from .times import iso_ms
 
 ON_DISK_NOT_CATALOGUED = "on disk, not catalogued"
@@ -39,7 +41,7 @@ CYCLE = "cycle"
 PARENT_MISSING = "parent missing"
 
 
-class AgentRow(Struct):
+class AgentRow(Documented, Struct):
     """One subagent as both views see it; ``children`` only with ``--recursive``."""
 
     id: str
@@ -56,45 +58,46 @@ class AgentRow(Struct):
     flags: list[str] = field(default_factory=list)
     children: list[AgentRow] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "label": self.label,
-            "mode": self.mode,
-            "provider": self.provider,
-            "model": self.model,
-            "createdAt": self.created_at,
-            "createdAtIso": iso_ms(self.created_at),
-            "turns": self.turns,
-            "status": self.status,
-            "onDisk": self.on_disk,
-            "inPanel": self.in_panel,
-            "copyOf": self.copy_of,
-            "flags": self.flags,
-            "children": [],
-        }
+    def to_document(self) -> docs.AgentRow:
+        """The row alone: its ``children`` are left to ``rows_document``."""
+        return docs.AgentRow(
+            id=self.id,
+            label=self.label,
+            mode=self.mode,
+            provider=self.provider,
+            model=self.model,
+            created_at=self.created_at,
+            created_at_iso=iso_ms(self.created_at),
+            turns=self.turns,
+            status=self.status,
+            on_disk=self.on_disk,
+            in_panel=self.in_panel,
+            copy_of=self.copy_of,
+            flags=self.flags,
+            children=[],
+        )
 
 
 MAX_JSON_LEVELS = 64
-"""Deepest level of rows nested in a list-agents document; see ``rows_json``."""
+"""Deepest level of rows nested in a list-agents document; see ``rows_document``."""
 
 
-def rows_json(rows: list[AgentRow]) -> list[dict[str, Any]]:
-    """``to_json`` of ``rows`` and of every row below them, built without recursion and
+def rows_document(rows: list[AgentRow]) -> list[docs.AgentRow]:
+    """``to_document`` of ``rows`` and of every row below them, built without recursion and
     nested down to ``MAX_JSON_LEVELS``: a row deeper than that is a child of the row at that
     level, in order, with its ``depth`` (1 for the session's own subagents), so the order and
     the depths still give the tree, and a chain of 10,000 subagents is a document any JSON
     parser reads (Python's stops near 1,000 levels, orjson at 1,024)."""
-    out: list[dict[str, Any]] = []
-    levels: list[dict[str, Any]] = []  # the latest row of each level, down to the cap
+    out: list[docs.AgentRow] = []
+    levels: list[docs.AgentRow] = []  # the latest row of each level, down to the cap
     stack = [(row, 1) for row in reversed(rows)]
     while stack:
         row, depth = stack.pop()
-        made = row.to_json()
+        made = row.to_document()
         if depth > MAX_JSON_LEVELS:
-            made["depth"] = depth
+            made.depth = depth
         level = min(depth, MAX_JSON_LEVELS + 1)
-        (out if level == 1 else levels[level - 2]["children"]).append(made)
+        (out if level == 1 else levels[level - 2].children).append(made)
         if depth <= MAX_JSON_LEVELS:
             del levels[depth - 1 :]
             levels.append(made)
@@ -102,22 +105,23 @@ def rows_json(rows: list[AgentRow]) -> list[dict[str, Any]]:
     return out
 
 
-class AgentTree(Struct):
+class AgentTree(Documented, Struct):
     """The subagents of one session, its fork children, and flags about the session itself."""
 
     session: str
     children: list[AgentRow]
-    forks: list[dict[str, Any]]
+    forks: list[docs.ForkRef]
     flags: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "session": self.session,
-            "flags": self.flags,
-            "children": rows_json(self.children),
-            "forks": self.forks,
-        }
+    def to_document(self) -> docs.ListAgentsDocument:
+        return docs.ListAgentsDocument(
+            schema_version=SCHEMA_VERSION,
+            session=self.session,
+            flags=self.flags,
+            children=rows_document(self.children),
+            forks=self.forks,
+        )
 
     def partial(self) -> Partial | None:
         """Listing never fails part-way: a child it cannot read is a row with a flag."""
@@ -362,7 +366,7 @@ def list_agents(located: Located, *, recursive: bool) -> AgentTree:
     where = _Where(located.generation.version, located.session_dir.parent)
     rows = lister.tree(header, facts, source_parent, where)
     forks = [
-        {"id": entry.id, "createdAt": entry.created_at}
+        docs.ForkRef(entry.id, entry.created_at)
         for entry in root.forks_of(header.id)
         if kinds.is_user_fork(entry)
     ]

@@ -15,24 +15,24 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from . import documents as docs
 from .agents import AgentRow, list_agents
 from .discovery import Located
 from .kinds import header_kind
-from .lineage import Kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import open_log
-from .results import ReadOnly
+from .results import SCHEMA_VERSION, Documented, ReadOnly
 from .sessionlog import SessionLog
 from .turns import TurnSummary, turn_containing, turn_summaries
 
 
-class DiffSide(Struct):
+class DiffSide(Documented, Struct):
     """One of the two sessions: what it is, the turn the split falls in, its tail."""
 
     id: str
     path: Path
-    kind: Kind
+    kind: docs.DiffKind
     parent: str | None
     event_count: int
     cut: int
@@ -43,19 +43,19 @@ class DiffSide(Struct):
     subagents: list[AgentRow] = field(default_factory=list)
     """Its subagents on disk, as ``list-agents`` rows (one shape in both documents)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "path": str(self.path),
-            "kind": self.kind,
-            "parentSession": self.parent,
-            "events": self.event_count,
-            "cut": self.cut,
-            "splitEventType": self.split_type,
-            "splitTurn": self.split_turn,
-            "tail": [turn.to_json() for turn in self.tail],
-            "subagents": [agent.to_json() for agent in self.subagents],
-        }
+    def to_document(self) -> docs.DiffSide:
+        return docs.DiffSide(
+            id=self.id,
+            path=str(self.path),
+            kind=self.kind,
+            parent_session=self.parent,
+            events=self.event_count,
+            cut=self.cut,
+            split_event_type=self.split_type,
+            split_turn=self.split_turn,
+            tail=[turn.to_document() for turn in self.tail],
+            subagents=[agent.to_document() for agent in self.subagents],
+        )
 
 
 class DiffResult(ReadOnly, Struct):
@@ -86,17 +86,18 @@ class DiffResult(ReadOnly, Struct):
             for turn in side.tail
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "a": self.a.to_json(),
-            "b": self.b.to_json(),
-            "relation": self.relation,
-            "commonPrefix": self.common,
-            "noCommonPrefix": self.common == 0,
-            "identical": self.identical,
-            "firstDifferingSeq": self.first_difference,
-            "differs": self.differs,
-        }
+    def to_document(self) -> docs.DiffDocument:
+        return docs.DiffDocument(
+            schema_version=SCHEMA_VERSION,
+            a=self.a.to_document(),
+            b=self.b.to_document(),
+            relation=self.relation,
+            common_prefix=self.common,
+            no_common_prefix=self.common == 0,
+            identical=self.identical,
+            first_differing_seq=self.first_difference,
+            differs=self.differs,
+        )
 
 
 def _lines(log: SessionLog) -> Iterator[Any]:
@@ -117,7 +118,7 @@ def common_prefix(a: SessionLog, b: SessionLog) -> int:
     return sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
 
 
-def _kind(log: SessionLog) -> Kind:
+def _kind(log: SessionLog) -> docs.DiffKind:
     """``tree``'s kind by header; a seeded subagent stays ``seeded-subagent`` here (whether it
     is a copy of some original is the relation's question, not the side's)."""
     kind = header_kind(log.header)

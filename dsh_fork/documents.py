@@ -532,23 +532,23 @@ class InspectDocument(Document, kw_only=True):
     )
 
 
-class AgentRow(Struct, rename="camel"):
+class AgentRow(Struct, rename="camel", kw_only=True):
     """A subagent, as list-agents shows it."""
 
     id: str
+    label: str | None
+    mode: str | None
+    provider: str | None
+    model: str | None
+    created_at: EpochMs | None
+    created_at_iso: IsoTime | None
+    turns: int | None
+    status: str | None
     on_disk: bool
     in_panel: bool
+    copy_of: str | None
     flags: list[str]
     children: list[AgentRow]
-    label: str | UnsetType | None = UNSET
-    mode: str | UnsetType | None = UNSET
-    provider: str | UnsetType | None = UNSET
-    model: str | UnsetType | None = UNSET
-    created_at: EpochMs | UnsetType | None = UNSET
-    created_at_iso: IsoTime | UnsetType | None = UNSET
-    turns: int | UnsetType | None = UNSET
-    status: str | UnsetType | None = UNSET
-    copy_of: str | UnsetType | None = UNSET
     depth: (
         Annotated[
             int,
@@ -561,6 +561,13 @@ class AgentRow(Struct, rename="camel"):
     ) = UNSET
 
 
+class ForkRef(Struct, rename="camel"):
+    """A fork child of the session."""
+
+    id: Annotated[str | None, Meta(description="null when its header names no valid id.")]
+    created_at: EpochMs | None
+
+
 class ListAgentsDocument(Document):
     """list-agents SESSION"""
 
@@ -568,7 +575,10 @@ class ListAgentsDocument(Document):
     session: str
     flags: list[str]
     children: list[AgentRow]
-    forks: list[dict[str, Any]]
+    forks: list[ForkRef]
+
+
+DiffKind = Literal["root", "fork", "subagent", "seeded-subagent", "linked"]
 
 
 class DiffSide(Struct, rename="camel", forbid_unknown_fields=True):
@@ -577,7 +587,7 @@ class DiffSide(Struct, rename="camel", forbid_unknown_fields=True):
     id: str
     path: str
     kind: Annotated[
-        Literal["root", "fork", "subagent", "seeded-subagent", "linked"],
+        DiffKind,
         Meta(description="By header, as tree names kinds (a copy is a seeded-subagent here)."),
     ]
     parent_session: str | None

@@ -126,7 +126,7 @@ def _render(out: Out, tree: AgentTree) -> None:
         if note is not None:
             out.line(note)
     if tree.forks:
-        out.line("forks: " + ", ".join(str(fork["id"]) for fork in tree.forks))
+        out.line("forks: " + ", ".join(str(fork.id) for fork in tree.forks))
 
 
 @app.command(
