@@ -41,8 +41,13 @@ def _unnamed_links() -> bool:
     return os.path.isdir("/proc/self/fd")
 
 
-def symlink_refusal(path: Path | str) -> UsageError:
-    return UsageError(f"refusing to write through the symbolic link {path}", path=str(path))
+def symlink_refusal(path: Path | str) -> IoError:
+    """A dir or log on the way of a write that is a symbolic link: never followed (it may lead
+    out of the root). IO_ERROR (exit 11), as a read refuses one: the root's state refuses the
+    write, the command line is not at fault (USAGE, exit 2, is for bad arguments)."""
+    return IoError(
+        f"refusing to write through the symbolic link {path}", errno=errno.ELOOP, path=str(path)
+    )
 
 
 def not_regular(path: Path | str, mode: int) -> IoError:

@@ -197,7 +197,7 @@ def test_a_fork_child_dir_that_is_a_link_out_of_the_root(tree: Path, outside: Pa
 
     result = run_cli("--root", tree, "fork", SOURCE, "--id", "session-X")
 
-    assert result.exit_code == 2
+    assert result.exit_code == 11
     assert list(outside.iterdir()) == []
     link = tree / PROJECT / "session-X"
     assert result.stderr == f"Error: refusing to write through the symbolic link {link}\n"
@@ -223,6 +223,33 @@ def test_a_project_dir_that_is_a_link_out_of_the_root(root: Path, tmp_path: Path
     assert tree_digest(real) == before
 
 
+def test_a_linked_project_dir_gets_one_answer_read_or_written(
+    tree: Path, outside: Path, tmp_path: Path
+) -> None:
+    """A project dir that is a symbolic link is refused the same way whoever meets it: a
+    command that would read through it and one that would write through it both end with
+    IO_ERROR (exit 11) naming the link, and nothing lands at its end."""
+    other = tree / project_key("/srv/other")
+    other.symlink_to(outside, target_is_directory=True)
+    archive = tmp_path / "family.tar"
+    assert run_cli("--root", tree, "export", SOURCE, "-o", archive).exit_code == 0
+    imported_root = tmp_path / "b" / "sessions"
+    imported_root.mkdir(parents=True)
+    (imported_root / PROJECT).symlink_to(outside, target_is_directory=True)
+
+    listed = run_cli("--root", tree, "list", "--all", "--json")
+    forked = run_cli("--root", tree, "fork", SOURCE, "--cwd", "/srv/other", "--json")
+    imported = run_cli("--root", imported_root, "import", archive, "--json")
+
+    rows = {row["id"]: row for row in listed.json()["sessions"]}
+    assert rows[other.name]["error"]["code"] == "IO_ERROR"
+    for result in (forked, imported):
+        assert result.exit_code == 11, result.stdout
+        error = result.json()["error"]
+        assert error["code"] == "IO_ERROR" and "symbolic link" in error["message"]
+    assert list(outside.iterdir()) == []
+
+
 def test_a_copy_whose_project_dir_is_a_link_fails_as_an_item(root: Path, outside: Path) -> None:
     """c2 lives in ``--srv-other--``; that project dir is a link out of the root: its copy
     is a failed item naming c2, the other copies are made, nothing lands outside."""
@@ -241,7 +268,7 @@ def test_a_copy_whose_project_dir_is_a_link_fails_as_an_item(root: Path, outside
     # the linked project dir is named as unreadable, and c2's copy that belongs in it fails
     assert [(f["id"], f["code"]) for f in failed] == [
         ("--srv-other--", "IO_ERROR"),
-        ("c2", "USAGE"),
+        ("c2", "IO_ERROR"),
     ]
     assert "symbolic link (never followed)" in failed[0]["message"]
     assert "refusing to write through the symbolic link" in failed[1]["message"]
