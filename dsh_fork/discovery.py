@@ -99,6 +99,7 @@ class SessionEntry:
         "_listed",
         "_names",
         "_raw_fields",
+        "_shed",
         "glance",
         "glanced",
         "sizes",
@@ -122,6 +123,7 @@ class SessionEntry:
         self._line: bytes | None = None
         self._lin: _Lineage | None = None
         self._listed = False
+        self._shed = False
         self.glance: Glance | None = None
         """A list row's facts of the log, folded from the listing's own read (``leanlog``)."""
         self.glanced = False
@@ -142,6 +144,7 @@ class SessionEntry:
         entry._line = None
         entry._lin = None
         entry._listed = True
+        entry._shed = False
         entry.glance = None
         entry.glanced = False
         entry.sizes = None
@@ -214,6 +217,42 @@ class SessionEntry:
             if header is not None and self._line is None and self._error is None:
                 self._line, self._header = header.raw, None
 
+    def shed(self) -> None:
+        """Keep of a listed entry only what names and finds its session (dir, names, sizes,
+        id and parent): its header line and row facts go, and the header is read again from
+        the log when next asked for. ``list`` sheds each entry once its row is made, so a
+        root of 100,000 sessions never holds a header line beside each row."""
+        self.glance, self.glanced = None, False
+        if not self._listed or self._error is not None:
+            return  # an entry refused keeps its error; any other keeps all it has
+        if self._line is None and self._header is None:
+            return
+        self._lineage()  # id and parent stay answered
+        self._dir = None
+        self._generations = None
+        self._line = self._header = None
+        self._raw_fields = None
+        self._shed = True
+
+    def _read_again(self) -> None:
+        """The header line of a shed entry, read from its log as the listing read it."""
+        self._shed = False
+        if not self._names:
+            return
+        _, encoding, name = self._names[-1]
+        path = self._dir_text + os.sep + name
+        try:
+            self._line = read_header_line(path, encoding)
+        except DshForkError as exc:
+            self._error = exc
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            self._error = IoError(
+                f"cannot read the session log in {self._dir_text}: {reason}",
+                errno=exc.errno,
+                path=path,
+            )
+
     @property
     def encodings(self) -> set[str]:
         if self._generations is None:
@@ -256,6 +295,8 @@ class SessionEntry:
 
     @property
     def header(self) -> Header | None:
+        if self._shed:
+            self._read_again()
         if self._line is not None:
             self._validate()
         return self._header
@@ -264,10 +305,13 @@ class SessionEntry:
     def header(self, value: Header | None) -> None:
         self._line = None
         self._lin = None
+        self._shed = False
         self._header = value
 
     @property
     def error(self) -> DshForkError | None:
+        if self._shed:
+            self._read_again()
         if self._line is not None:
             self._validate()
         return self._error
@@ -276,10 +320,13 @@ class SessionEntry:
     def error(self, value: DshForkError | None) -> None:
         self._line = None
         self._lin = None
+        self._shed = False
         self._error = value
 
     @property
     def raw_fields(self) -> dict[str, object] | None:
+        if self._shed:
+            self._read_again()
         if self._line is not None:
             self._validate()
         return self._raw_fields
@@ -457,14 +504,19 @@ class Root(Struct):
             prefix = base if base.endswith(os.sep) else base + os.sep
             yield from (_linked(prefix + name) for name in links)
 
-    def entries(self, *, glance: bool = False, sizes: bool = False) -> list[SessionEntry]:
+    def entries(
+        self, *, glance: bool = False, sizes: bool = False, agents: bool = True
+    ) -> list[SessionEntry]:
         """Every session of the root with its header (or the error reading it); cached.
 
         Reads the header frame of each session and nothing else; see ``SessionEntry`` for
         what is deferred until used. With ``glance`` (``list``) a small log is read whole in
         that same read and its row facts are folded at once (``SessionEntry.glance``), so no
-        log is opened twice and no bytes are kept. With ``sizes`` (``du`` of a whole root)
-        each dir is also sized (``SessionEntry.sizes``) where it is listed.
+        log is opened twice and no bytes are kept; without ``agents`` only the logs whose
+        header is not a subagent's are folded (the conversations ``list`` shows: a subagent
+        is counted under its conversation, and the rare one shown is read when its row is
+        made). With ``sizes`` (``du`` of a whole root) each dir is also sized
+        (``SessionEntry.sizes``) where it is listed.
         """
         if self._entries is None:
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
@@ -472,7 +524,8 @@ class Root(Struct):
             unlisted: list[SessionEntry] = []
             progress = self.progress or SILENT
             progress.stage("sessions read", len(jobs))
-            listed = _list_jobs(jobs, glance, sizes, progress)
+            glancing = _glancing(agents) if glance else None
+            listed = _list_jobs(jobs, glancing, sizes, progress)
             for entry in listed:
                 if entry is None:
                     continue
@@ -779,12 +832,13 @@ odd_generation = _odd_generation
 
 
 def _list_jobs(
-    jobs: list[str | SessionEntry], glance: bool, sizes: bool, progress: Progress = SILENT
+    jobs: list[str | SessionEntry],
+    glancing: _Glancing | None,
+    sizes: bool,
+    progress: Progress = SILENT,
 ) -> list[SessionEntry | None]:
     """The entry of each job, in order: a dir's listing (``_list_entry``), or the entry of a
     project dir that could not be listed."""
-
-    glancing = _glancing() if glance else None
     entries: list[SessionEntry | None] = []
     for job in jobs:
         entries.append(job if isinstance(job, SessionEntry) else _list_entry(job, glancing, sizes))
@@ -811,12 +865,14 @@ class _Glancing(NamedTuple):
 
     max_bytes: int
     fold: Callable[[bytes, Header, str, int], Glance | None]
+    agents: bool
+    """Whether a log whose header says ``origin: "subagent"`` is folded too."""
 
 
-def _glancing() -> _Glancing:
+def _glancing(agents: bool = True) -> _Glancing:
     from . import leanlog  # only ``list`` folds: other commands never import it
 
-    return _Glancing(leanlog.LEAN_MAX_BYTES, leanlog.fold_listed)
+    return _Glancing(leanlog.LEAN_MAX_BYTES, leanlog.fold_listed, agents)
 
 
 def _list_entry(
@@ -867,9 +923,10 @@ def _list_entry(
     entry._line = line
     if whole is not None and glancing is not None:
         header = entry.header
-        if header is not None:
+        if header is not None and (glancing.agents or header.origin != "subagent"):
             entry.glance = glancing.fold(whole, header, dir_text + os.sep + name, mtime_ms)
             entry.glanced = True
+        entry.forget()  # back to its header line: a root's parsed headers are never all held
     return entry
 
 

@@ -182,24 +182,45 @@ def list_sessions(
         if wanted not in KINDS:
             raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
     everything = everything or bool(kinds)
-    # Every row's log is read in the listing's own read when every session is a row; a
-    # filtered listing (or the conversations) reads headers only, then the logs it shows.
+    # Every log is read in the listing's own read when no filter narrows it (a filtered
+    # listing reads headers only, then the logs it shows); by default a subagent's log is
+    # not folded there: its row is rarely shown (``_owners``).
     reg = registry.load(registry.home_of(root.path))
     listed = None if workspace is None else _listed_by(reg, workspace)
-    whole = everything and project is None and not kinds and since is None and listed is None
+    whole = project is None and not kinds and since is None and listed is None
     # the dirs that cannot be listed too (no permission, a link): rows naming their error
-    entries = [*root.entries(glance=whole, sizes=True), *root.unlisted()]
+    entries = [*root.entries(glance=whole, sizes=True, agents=everything), *root.unlisted()]
+    total = len(entries)
     rule = KindRule(root)
     progress = root.progress or SILENT
-    progress.stage("kinds settled", len(entries))  # a fork's kind may need its parent's log
+    progress.stage("kinds settled", total)  # a fork's kind may need its parent's log
+    # One pass settles each kind and, while the header is parsed, makes the row of each
+    # session shown whose facts the listing's read folded; then the entry sheds its header
+    # line and facts. So a root's parsed headers, or header lines beside their rows, are
+    # never all held at once. A row that needs its log read waits for the "rows read" stage,
+    # as does a subagent or copy: shown only when no conversation holds it.
     kinds_of: list[HeaderKind | None] = []
-    for entry in entries:
-        kinds_of.append(kind_of(entry, rule))
+    rows: list[SessionRow] = []
+    later: list[int] = []
+    strings: dict[str, str] = {}  # one string per project dir and cwd, whatever the rows
+    for index, entry in enumerate(entries):
+        kind = kind_of(entry, rule)
+        kinds_of.append(kind)
+        if _wanted(entry, kind, project, listed, kinds):
+            if not everything and kind in AGENT_KINDS and entry.id is not None:
+                later.append(index)  # nearly always held: its header is read again if not
+            elif entry.glanced or entry.header is None:  # its facts are in hand
+                row = _row(entry, kind, since, strings)
+                if row is not None:
+                    rows.append(row)
+            else:
+                later.append(index)
+                entry.forget()
+                progress.advance()
+                continue
+        entry.shed()
         progress.advance()
     owners = _owners(entries, kinds_of)
-    chosen: list[tuple[SessionEntry, HeaderKind | None, int | None]] = []
-    rows: list[SessionRow] = []
-    warnings: list[str] = []
     counted: dict[str, list[int]] = {}  # conversation id: [subagents, copies, bytes]
     direct: dict[str, list[int]] = {}  # parent id: [forks, agents], by the one rule
     for entry, kind in zip(entries, kinds_of, strict=True):
@@ -211,24 +232,25 @@ def list_sessions(
             tally = counted.setdefault(owner, [0, 0, 0])
             tally[0 if kind == "subagent" else 1] += 1
             tally[2] += 0 if entry.sizes is None else entry.sizes[0]
-        if project is not None and not _matches_project(entry, project):
-            continue
-        if listed is not None and entry.id not in listed:
-            continue
-        if kinds and kind not in kinds:
-            continue
-        if not everything and owner is not None:
-            continue
-        last = None
-        if since is not None:
-            last = _mtime_ms(entry)
-            if last < since:
-                continue
-        chosen.append((entry, kind, last))
-    progress.stage("rows read", len(chosen))
-    for entry, kind, last in chosen:
-        rows.append(_row(root, entry, kind, last))
+    # what a row needs is in the rows: the listing's entries go (a root of 100,000 sessions
+    # would hold both); the subagents no conversation holds keep theirs until their row
+    pending = [
+        (entries[i], kinds_of[i])
+        for i in later
+        if everything or kinds_of[i] not in AGENT_KINDS or _unheld(entries[i], owners)
+    ]
+    root.invalidate()
+    del entries, kinds_of, owners, later
+    progress.stage("rows read", len(rows) + len(pending))
+    progress.advance(len(rows))
+    while pending:  # (the rows are sorted below) each entry goes once its row is made
+        entry, kind = pending.pop()
+        row = _row(entry, kind, since, strings)
+        if row is not None:
+            rows.append(row)
         progress.advance()
+    del pending
+    warnings: list[str] = []
     for row in rows:
         subagents, copies, agent_bytes = counted.get(row.id, (0, 0, 0))
         row.subagents, row.copies, row.agent_bytes = subagents, copies, agent_bytes
@@ -245,15 +267,38 @@ def list_sessions(
             row.archived, row.pinned = reg.archived(row.id), reg.pinned(row.id)
     if reg.state == "refused":
         warnings.append(f"the workspace registry {reg.path} is not used: {reg.reason}")
-    # newest activity first, then by id: two stable sorts on C key getters, no tuple per row
+    # newest activity first, then by id, then by dir (an id in two project dirs): stable
+    # sorts on C key getters, no tuple per row
+    rows.sort(key=attrgetter("path"))
     rows.sort(key=attrgetter("id"))
     rows.sort(key=attrgetter("last_activity"), reverse=True)
     filters = {"project": project, "kinds": kinds or None, "since": since}
     if workspace is not None:
         filters["workspace"] = workspace
-    listing = SessionList(str(root.path), rows, len(entries), filters, warnings, everything)
+    listing = SessionList(str(root.path), rows, total, filters, warnings, everything)
     listing.workspaces = reg.present
     return listing
+
+
+def _unheld(entry: SessionEntry, owners: dict[str, str]) -> bool:
+    """Whether no conversation holds the session (a subagent or copy is counted in its
+    conversation's row, not shown): any session but a held subagent or copy."""
+    return entry.id is None or entry.id not in owners
+
+
+def _wanted(
+    entry: SessionEntry,
+    kind: HeaderKind | None,
+    project: str | None,
+    listed: set[str] | None,
+    kinds: list[str] | None,
+) -> bool:
+    """Whether the filters that need no log keep the session (``--since`` needs its log)."""
+    if project is not None and not _matches_project(entry, project):
+        return False
+    if listed is not None and entry.id not in listed:
+        return False
+    return not kinds or kind in kinds
 
 
 def _listed_by(reg: registry.Registry, name: str) -> set[str]:
@@ -310,27 +355,32 @@ def _owners(entries: list[SessionEntry], kinds_of: list[HeaderKind | None]) -> d
     return owners
 
 
-def _row(root: Root, entry: SessionEntry, kind: HeaderKind | None, last: int | None) -> SessionRow:
+def _row(
+    entry: SessionEntry, kind: HeaderKind | None, since: int | None, strings: dict[str, str]
+) -> SessionRow | None:
     """A row: the header's fields, and the title and turns from the lean read of the log
-    (``leanlog.glance``), or from the full read when the log is not of the plain shape."""
+    (``leanlog.glance``), or from the full read when the log is not of the plain shape;
+    None when the log's last activity is before ``since``. ``strings`` gives one string
+    object per project dir and cwd, shared by every row that shows it."""
+    last = None
+    if since is not None:
+        last = _mtime_ms(entry)
+        if last < since:
+            return None
     header = entry.header
-    listed_id = entry.id
     where = entry.dir_text
-    forks = agents = 0  # set by ``list_sessions`` from the kinds of every session
     sizes = entry.sizes
+    project = entry.project
+    cwd = None if header is None else header.cwd
     row = SessionRow(
-        listed_id or os.path.basename(where),
+        entry.id or os.path.basename(where),
         kind,
-        entry.project,
+        strings.setdefault(project, project),
         where,
-        None if header is None else header.cwd,
+        None if cwd is None else strings.setdefault(cwd, cwd),
         entry.parent,
         None if header is None else header.created_at,
         0 if last is None else last,
-        None,
-        None,
-        forks,
-        agents,
         bytes=None if sizes is None else sizes[0],
     )
     error = entry.error
