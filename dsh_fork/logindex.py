@@ -149,7 +149,7 @@ def summarizer(
             text = pieces[0]
             if 0 < len(text) <= SUMMARY_PIECE and text[-1] == 0x0A:  # one group of lines
                 group = text[:-1].split(b"\n")  # what ``_line_groups`` yields for it
-                checked = checked_run(group, wanted)
+                checked = checked_run(group, wanted, size=len(text))
                 if checked is None:
                     return (-1, 0, [])
                 first, offsets = checked

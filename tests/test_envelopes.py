@@ -198,3 +198,19 @@ def test_nesting_near_a_raised_recursion_limit_gets_one_verdict_either_way() -> 
             assert fast == slow, depth
     finally:
         sys.setrecursionlimit(saved)
+
+
+def test_the_record_budget_holds_when_the_size_the_lines_came_from_is_given() -> None:
+    """A frame's plaintext under ``CHECK_MIN_BYTES`` cannot hold a line over the budget, so
+    its lines' lengths are not looked at; a larger one is still held to the budget."""
+    from dsh_fork.budget import CHECK_MIN_BYTES
+
+    values = b"[" + b",".join([b"0"] * (CHECK_MIN_BYTES // 2 + 1)) + b"]"
+    big = line(b',"x":' + values, seq=b"1")
+    lines = [line(), big]
+    size = sum(map(len, lines)) + len(lines)
+
+    with fast_form_for_any_length():
+        assert envelopes.checked_run(lines, WANTED) is None
+        assert envelopes.checked_run(lines, WANTED, size=size) is None
+        assert envelopes.checked_run([line(), line(seq=b"1")], WANTED, size=40) == (0, [0, 1])
