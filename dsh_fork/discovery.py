@@ -102,6 +102,7 @@ class SessionEntry:
         "_shed",
         "glance",
         "glanced",
+        "others",
         "sizes",
     )
 
@@ -130,6 +131,9 @@ class SessionEntry:
         """Whether that fold was tried: a log it could not fold goes to the full read."""
         self.sizes: tuple[int, int] | None = None
         """``generations.dir_bytes`` of the dir, when the listing measured it (``du``)."""
+        self.others: tuple[str, ...] | None = None
+        """The dir's regular files that are neither generations nor the lock, when the
+        listing kept them (``doctor`` looks for leftover temps among them)."""
 
     @classmethod
     def _from_listing(cls, dir_text: str, names: Names) -> SessionEntry:
@@ -148,6 +152,7 @@ class SessionEntry:
         entry.glance = None
         entry.glanced = False
         entry.sizes = None
+        entry.others = None
         return entry
 
     @classmethod
@@ -505,7 +510,12 @@ class Root(Struct):
             yield from (_linked(prefix + name) for name in links)
 
     def entries(
-        self, *, glance: bool = False, sizes: bool = False, agents: bool = True
+        self,
+        *,
+        glance: bool = False,
+        sizes: bool = False,
+        agents: bool = True,
+        others: bool = False,
     ) -> list[SessionEntry]:
         """Every session of the root with its header (or the error reading it); cached.
 
@@ -516,7 +526,9 @@ class Root(Struct):
         header is not a subagent's are folded (the conversations ``list`` shows: a subagent
         is counted under its conversation, and the rare one shown is read when its row is
         made). With ``sizes`` (``du`` of a whole root) each dir is also sized
-        (``SessionEntry.sizes``) where it is listed.
+        (``SessionEntry.sizes``) where it is listed. With ``others`` (``doctor``) the names
+        of each dir's other regular files are kept from that same listing
+        (``SessionEntry.others``), so that no dir is listed again for its temps.
         """
         if self._entries is None:
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
@@ -525,7 +537,7 @@ class Root(Struct):
             progress = self.progress or SILENT
             progress.stage("sessions read", len(jobs))
             glancing = _glancing(agents) if glance else None
-            listed = _list_jobs(jobs, glancing, sizes, progress)
+            listed = _list_jobs(jobs, glancing, sizes, progress, others)
             for entry in listed:
                 if entry is None:
                     continue
@@ -836,12 +848,15 @@ def _list_jobs(
     glancing: _Glancing | None,
     sizes: bool,
     progress: Progress = SILENT,
+    others: bool = False,
 ) -> list[SessionEntry | None]:
     """The entry of each job, in order: a dir's listing (``_list_entry``), or the entry of a
     project dir that could not be listed."""
     entries: list[SessionEntry | None] = []
     for job in jobs:
-        entries.append(job if isinstance(job, SessionEntry) else _list_entry(job, glancing, sizes))
+        entries.append(
+            job if isinstance(job, SessionEntry) else _list_entry(job, glancing, sizes, others)
+        )
         progress.advance()
     if sizes:
         for entry in entries:
@@ -876,24 +891,27 @@ def _glancing(agents: bool = True) -> _Glancing:
 
 
 def _list_entry(
-    dir_text: str, glancing: _Glancing | None = None, sizes: bool = False
+    dir_text: str, glancing: _Glancing | None = None, sizes: bool = False, others: bool = False
 ) -> SessionEntry | None:
     """One candidate session dir, as cheaply as listing allows: its generation names and the
     raw header line of the highest one (validated later, on first use), and with ``sizes``
     its sizes from the same listing; with ``glancing`` a small log's row facts too. A dir
     that cannot be listed, or whose log cannot be opened, is an entry with its error."""
     sized: tuple[int, int] | None = None
+    found: list[str] | None = [] if others else None
     try:
         if sizes:
             names, sized = scan_sized(dir_text)
         else:
-            names = scan_names(dir_text)
+            names = scan_names(dir_text) if found is None else scan_names(dir_text, found)
     except OSError as exc:
         return _unlisted(dir_text, exc)
     if not names:
         return _odd_generation(dir_text)
     entry = SessionEntry._from_listing(dir_text, names)
     entry.sizes = sized
+    if found is not None:
+        entry.others = tuple(found) if found else ()
     version, encoding, name = names[-1]
     whole: bytes | None = None
     mtime_ms = 0

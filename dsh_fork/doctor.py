@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any, Literal
 
@@ -118,7 +118,9 @@ def _label(entry: SessionEntry) -> str:
     return entry.id or entry.session_dir.name
 
 
-def _root_rules(root: Root) -> list[DoctorFinding]:
+def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
+    """The root rules' findings; ``refused`` gets the dir texts of the listed sessions whose
+    header does not validate (the others' headers and path bindings are checked here, once)."""
     out: list[DoctorFinding] = []
 
     def add(severity: Severity, code: str, message: str, **where: Any) -> None:
@@ -179,6 +181,7 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 )
             entry.forget()  # back to its header line until its turn comes
             continue
+        refused.add(entry.dir_text)
         raw = header_version(entry.raw_fields)
         if raw is not None and raw != version:
             add(
@@ -201,11 +204,14 @@ def _root_rules(root: Root) -> list[DoctorFinding]:
                 path=str(project),
             )
     # as text, like the listing's own: no Path is built for a dir with nothing to report
-    listed = {entry.dir_text for entry in entries if entry.version is not None}
+    listed = {entry.dir_text: entry for entry in entries if entry.version is not None}
     for text in root.candidate_texts():
-        if text in listed:
-            # a dir the listing read is not listed again: it holds the entry's generations
-            for name in _files(text):
+        known = listed.get(text)
+        if known is not None:
+            # a dir the listing read is not listed again: it holds the entry's generations,
+            # and the listing kept the names of its other files
+            others = known.others
+            for name in _files(text) if others is None else sorted(others):
                 if is_temp_name(name):
                     out.append(_leftover(Path(text), name))
             continue
@@ -260,8 +266,8 @@ def _files(directory: str | Path) -> list[str]:
 
 def _session_findings(entry: SessionEntry, check: DirCheck) -> list[DoctorFinding]:
     label = _label(entry)
-    path = str(entry.generation.path) if entry.generation is not None else None
-    state = probe(entry.session_dir)
+    path = entry.log_path
+    state = probe(entry.dir_text)
     held = state in ("held", "unknown")  # a lock that cannot be probed counts as held
     out: list[DoctorFinding] = []
     for finding in check.findings:
@@ -301,7 +307,7 @@ def _lineage(
     """The lineage findings of ``entry``; the other entries whose headers it read are added
     to ``touched`` (the caller returns them to their listed form)."""
     label = _label(entry)
-    path = str(entry.generation.path) if entry.generation is not None else None
+    path = entry.log_path
     out: list[DoctorFinding] = []
 
     def add(severity: Severity, code: str, message: str, seq: int | None = None) -> None:
@@ -443,7 +449,7 @@ def doctor(
     ``oplog_path``: the operation log that names the forks made without their tree;
     ``progress`` is told of each session dir read, then of each session checked."""
     root.progress = progress
-    entries = root.entries()
+    entries = root.entries(others=True)
     if sessions:
         by_dir = {entry.session_dir: entry for entry in entries}
         chosen: list[SessionEntry] = []
@@ -460,7 +466,8 @@ def doctor(
         chosen = list(entries)
     report = DoctorReport(root.path, root.encoding(), len(chosen))
     asked = _asked_by_rule(entries)  # before the root rules let go of the parsed headers
-    report.findings.extend(_root_rules(root))
+    refused: set[str] = set()
+    report.findings.extend(_root_rules(root, refused))
     from . import registry, wscheck
 
     workspaces = registry.load(registry.home_of(root.path))
@@ -484,7 +491,7 @@ def doctor(
         taken up in its turn), so that no log is read once for the rule and again here."""
         if entry.dir_text in unreadable:
             return read_evidence(entry)
-        check = early[entry.dir_text] = _check(entry)
+        check = early[entry.dir_text] = _check(entry, refused)
         return _evidence(check) if check.readable else read_evidence(entry)
 
     # Named sessions: a parent outside them is read for the rule only, not validated.
@@ -493,7 +500,7 @@ def doctor(
     progress.stage("sessions checked", len(chosen))
     for entry in chosen:
         progress.advance()
-        check = early.pop(entry.dir_text, None) or _check(entry)
+        check = early.pop(entry.dir_text, None) or _check(entry, refused)
         if not check.readable:
             unreadable.add(entry.dir_text)
         elif entry.id in asked and root.entry(entry.id) is entry:  # of a duplicated id, the
@@ -501,7 +508,7 @@ def doctor(
         report.findings.extend(_session_findings(entry, check))
         touched = [entry]
         report.findings.extend(_lineage(root, entry, check, by_id, kinds, touched))
-        path = str(entry.generation.path) if entry.generation is not None else None
+        path = entry.log_path
         for note in forks.notes(entry):
             report.findings.append(
                 DoctorFinding(
@@ -536,16 +543,13 @@ def _asked_by_rule(entries: list[SessionEntry]) -> set[str]:
     return out
 
 
-def _check(entry: SessionEntry) -> DirCheck:
-    """``check_dir`` of a listed session, with what the listing read (its generations and
-    header) and the events the kind rule needs kept from the same pass."""
-    listed = entry.error is None
-    return check_dir(
-        entry.session_dir,
-        entry.generations if listed else None,
-        listed_header=entry.header if listed else None,
-        collect=EVIDENCE,
-    )
+def _check(entry: SessionEntry, refused: Set[str]) -> DirCheck:
+    """``check_dir`` of a listed session, with what the listing read (its generations, and
+    its header validated and bound by the root rules unless ``refused`` names it) and the
+    events the kind rule needs kept from the same pass."""
+    if entry.dir_text in refused:  # the check reads the header itself, for its finding
+        return check_dir(entry.session_dir, collect=EVIDENCE)
+    return check_dir(entry.session_dir, entry.generations, listed=True, collect=EVIDENCE)
 
 
 def _evidence(check: DirCheck) -> Evidence:

@@ -73,8 +73,9 @@ Sizes = tuple[int, int]
 """(sizes of the regular files directly in a session dir, size of its chosen log)."""
 
 
-def scan_names(session_dir: str | os.PathLike[str]) -> Names:
-    """The canonical generation files of a dir, lowest first.
+def scan_names(session_dir: str | os.PathLike[str], others: list[str] | None = None) -> Names:
+    """The canonical generation files of a dir, lowest first; with ``others``, the names of
+    the other regular files in it but the lock (temps, backups) are added to that list.
 
     A missing dir has none; one that cannot be listed (permissions, I/O) raises its OSError,
     so no caller mistakes an unreadable session for an absent one.
@@ -82,7 +83,7 @@ def scan_names(session_dir: str | os.PathLike[str]) -> Names:
     Called once per session dir when a root is listed, so it stays lean: a prefix test before
     the name pattern, and no path objects.
     """
-    return _scan_dir(session_dir, None)
+    return _scan_dir(session_dir, None, others)
 
 
 def scan_sized(session_dir: str | os.PathLike[str]) -> tuple[Names, Sizes]:
@@ -103,9 +104,14 @@ def dir_bytes(session_dir: str | os.PathLike[str]) -> Sizes:
     return sizes[0], sizes[1]
 
 
-def _scan_dir(session_dir: str | os.PathLike[str], sizes: list[int] | None) -> Names:
+def _scan_dir(
+    session_dir: str | os.PathLike[str],
+    sizes: list[int] | None,
+    others: list[str] | None = None,
+) -> Names:
     """The generation names of a dir and, when ``sizes`` is given, its sizes summed into it
-    (``[total, chosen log]``): one ``scandir`` answers both."""
+    (``[total, chosen log]``), and when ``others`` is given the names of its other regular
+    files but the lock added to it: one ``scandir`` answers all three."""
     found: list[tuple[int, Encoding, str]] = []
     best: tuple[int, bool] | None = None
     try:
@@ -116,7 +122,12 @@ def _scan_dir(session_dir: str | os.PathLike[str], sizes: list[int] | None) -> N
         for entry in scan:
             name = entry.name
             # every canonical name starts so: a prefix test before the name pattern
-            parsed = parse_name(name) if name.startswith("session.") else None
+            if name == LOCK_NAME:
+                parsed = None
+            else:
+                parsed = parse_name(name) if name.startswith("session.") else None
+                if parsed is None and others is not None and _regular(entry):
+                    others.append(name)
             if sizes is not None:
                 try:
                     regular = entry.is_file(follow_symlinks=False)
@@ -140,6 +151,13 @@ def _scan_dir(session_dir: str | os.PathLike[str], sizes: list[int] | None) -> N
     if len(found) > 1:
         found.sort(key=lambda g: (g[0], g[1] == "zstd"))
     return shared(tuple(found))
+
+
+def _regular(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def shared(names: Names) -> Names:

@@ -28,9 +28,10 @@ def lock_path(session_dir: Path) -> Path:
     return session_dir / LOCK_NAME
 
 
-def probe(session_dir: Path) -> LockState:
-    """Is a live process holding the session's lock? Never creates the file, never blocks."""
-    path = lock_path(session_dir)
+def probe(session_dir: str | Path) -> LockState:
+    """Is a live process holding the session's lock? Never creates the file, never blocks.
+    ``session_dir`` may be text (doctor probes every listed dir without building a Path)."""
+    path = os.path.join(session_dir, LOCK_NAME)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:

@@ -20,7 +20,14 @@ from . import budget
 from . import frames as zframes
 from .errors import CorruptLog, SessionStale, UnsupportedFormat
 from .fsdir import open_regular
-from .generations import SUPPORTED_VERSION, Encoding, Generation, list_generations, select
+from .generations import (
+    SUPPORTED_VERSION,
+    Encoding,
+    Generation,
+    list_generations,
+    scan_names,
+    select,
+)
 from .logindex import Chunk, TornTail
 from .records import Header, LineError, parse_event, parse_header, parse_line, split_lines
 from .sessionlog import FramedLog, Identity, PackedLog, SessionLog
@@ -211,9 +218,10 @@ def open_log(
         log: SessionLog = open_streamed(generation, wanted)
     else:
         data, identity = stable_read(generation.path, limit=budget.MAX_WHOLE_READ)
-    if check_dir:
-        now = current_generation(generation.path.parent)
-        if now is None or now.path != generation.path:
+    if check_dir:  # the names alone: no Path or Generation built for a dir that holds still
+        path = generation.path
+        names = scan_names(path.parent)
+        if not names or names[-1][2] != path.name:
             raise SessionStale(
                 f"{generation.path.parent}: its generations changed while being read",
                 path=str(generation.path),

@@ -1157,10 +1157,11 @@ def binding_problem(session_dir: str | Path, header: Header) -> str | None:
     return f"the log lives in {actual} but its header binds it to {expected_project}/{expected_dir}"
 
 
-def file_findings(log: SessionLog) -> list[Finding]:
-    """Path binding and the torn tail of an opened log."""
+def file_findings(log: SessionLog, *, binding: bool = True) -> list[Finding]:
+    """Path binding (unless ``binding`` is false: a caller that checked it from the listed
+    header) and the torn tail of an opened log."""
     out: list[Finding] = []
-    problem = binding_problem(log.session_dir, log.header)
+    problem = binding_problem(log.session_dir, log.header) if binding else None
     if problem is not None:
         out.append(Finding("error", "PATH_MISMATCH", problem))
     if log.torn is not None:
@@ -1280,16 +1281,16 @@ def check_dir(
     session_dir: Path,
     generations: list[Generation] | None = None,
     *,
-    listed_header: Header | None = None,
+    listed: bool = False,
     collect: frozenset[str] = frozenset(),
 ) -> DirCheck:
     """Open the highest generation and validate it; a read error becomes a finding.
     ``generations``: the dir's, when its caller has listed it already (doctor's listing of the
-    root), so that the dir is not listed again. ``listed_header``: the header that listing
-    validated from the highest of them, so that it is not read a second time before the log
-    is opened (which reads and checks it once more, as part of the log). ``collect``: event
-    types kept from the same pass (``DirCheck.collected``), for a caller that would otherwise
-    read the log again for them (doctor's kind rule)."""
+    root), so that the dir is not listed again. ``listed``: that listing validated the header
+    of the highest of them and checked its path binding (doctor's root rules), so neither is
+    done again before the log is opened (which reads and checks the header once more, as part
+    of the log). ``collect``: event types kept from the same pass (``DirCheck.collected``),
+    for a caller that would otherwise read the log again for them (doctor's kind rule)."""
     if generations is None:
         generations = list_generations(session_dir)
     generation = select(generations)
@@ -1309,7 +1310,7 @@ def check_dir(
             )
         )
         return result
-    header_finding = None if listed_header is not None else _header_finding(generation)
+    header_finding = None if listed else _header_finding(generation)
     if header_finding is not None:
         result.findings.append(header_finding)
         return result
@@ -1345,12 +1346,14 @@ def check_dir(
     result.header = log.header
     result.readable = True
     result.event_count = log.event_count
-    result.findings.extend(file_findings(log))
+    result.findings.extend(file_findings(log, binding=not listed))
     result.findings.extend(validator.finish())
     result.own_catalog = validator.own_catalog()
-    chosen = survey_generation(generation, events=log.event_count, turn_ends=validator.turn_ends)
-    others = [survey_generation(g) for g in generations if g != generation]
-    result.findings.extend(stale_findings(chosen, others))
+    if len(generations) > 1:  # nearly every dir holds one: nothing to compare, nothing to stat
+        turn_ends = validator.turn_ends
+        chosen = survey_generation(generation, events=log.event_count, turn_ends=turn_ends)
+        others = [survey_generation(g) for g in generations if g != generation]
+        result.findings.extend(stale_findings(chosen, others))
     return result
 
 

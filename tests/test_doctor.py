@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from conftest import NON_CANONICAL_NAMES, run_cli, tree_digest
 
 from dsh_fork import frames as zframes
+from dsh_fork.discovery import Root
+from dsh_fork.doctor import doctor
 from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 
@@ -451,3 +455,29 @@ def test_the_generation_scan_fixture_set(root: Path, clock: Clock) -> None:
     ]
     not_catalogued = report["findings"][-1]["message"]
     assert not_catalogued.startswith("subagent child child-g is on disk")
+
+
+def test_each_session_dir_is_listed_once_and_again_after_its_log_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One listing of a session dir answers every rule (its generations, its leftover temps,
+    its lock); the read recipe lists it once more after the log is read (format §13 step 2)."""
+    root = tmp_path / "sessions"
+    summary = generate(root, sessions=2, agents=2, depth=1, turns=1)
+    session_dir = next(p for p in root.glob("*/*") if p.name == summary.top_level[0])
+    temp = session_dir / "session.v4.jsonl.zstd.0123456789ab.tmp"
+    temp.write_bytes(b"x")
+    listed: Counter[str] = Counter()
+    real = os.scandir
+
+    def counted(path: Any = ".") -> Any:
+        listed[os.fspath(path)] += 1
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    report = doctor(Root(root))
+    monkeypatch.setattr(os, "scandir", real)
+    assert [(f.code, f.path) for f in report.findings] == [("LEFTOVER_TEMP", str(temp))]
+    session_dirs = sorted(str(p) for p in root.glob("*/*"))
+    assert len(session_dirs) == summary.sessions == 6
+    assert {d: listed[d] for d in session_dirs} == dict.fromkeys(session_dirs, 2)
