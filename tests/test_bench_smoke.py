@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 CASES = (
     "start-up: --version",
     "start-up: two-turn fork --json",
+    "start-up: import msgspec, orjson, zstandard",
+    "start-up: … and our modules a fork imports",
     "fork, 0.2 MB log",
     "fork --no-agents, 0.2 MB log",
     "fork at a middle turn, 0.2 MB log",

@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import statistics
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -222,20 +223,50 @@ def relink_argv(bench: Bench, targets: Sequence[Path], child: str) -> ArgvOf:
     return lambda i: bench.dsh(targets[i] / "sessions", "relink", child)
 
 
+RUNTIME_DEPS = ("msgspec", "orjson", "zstandard")
+"""The runtime dependencies every command but a bare ``--version`` imports besides typer."""
+
+IMPORTED = """
+import sys
+from dsh_fork.cli.app import main
+sys.argv = ["dsh-fork", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print(" ".join(sorted(m for m in sys.modules if m.startswith("dsh_fork"))), file=sys.stderr)
+"""
+"""A run of the console script's ``main`` that names the package's modules it imported."""
+
+
 def startup(bench: Bench) -> list[Row]:
     """What every run pays before its work: a bare ``--version`` (answered before typer is
-    imported) and a fork of two turns with ``--json``, each against importing typer."""
+    imported) and a fork of two turns with ``--json``, each against importing typer. Two
+    rows beside them say where the fork's start-up goes: importing the runtime dependencies
+    (before any of our code), then also the package's modules the fork imports; the rest of
+    the fork row is the run itself (typer's parsing, the fork, the interpreter's teardown)."""
     log("start-up …")
     small = two_turns(bench)
+    fork = fork_argv(bench, small, ["--json"])
+    probe = [bench.install.python, "-c", IMPORTED, *fork(0)[1:]]
+    found = subprocess.run(probe, capture_output=True, env=bench.env, check=True, text=True)
+    modules = found.stderr.strip().splitlines()[-1].split()  # the last line: warnings before
+    drop_forks(small.root)()
+    deps = "import typer, " + ", ".join(RUNTIME_DEPS)
     typer = same([bench.install.python, "-c", "import typer"])
     version = same([bench.install.dsh_fork, "--version"])
-    fork = fork_argv(bench, small, ["--json"])
-    runs = bench.rounds([typer, version, fork], between=drop_forks(small.root))
+    imports = same([bench.install.python, "-c", f"{deps}, {', '.join(modules)}"])
+    runtime = same([bench.install.python, "-c", deps])
+    commands = [typer, version, fork, runtime, imports]
+    runs = bench.rounds(commands, between=drop_forks(small.root))
     floor = Figures.of(runs[0])
+    log(f"  a two-turn fork --json imports {len(modules)} modules of the package")
     rows = []
-    for case, figures in (
-        ("start-up: --version", Figures.of(runs[1])),
-        ("start-up: two-turn fork --json", Figures.of(runs[2])),
+    for case, figures, goal in (
+        ("start-up: --version", Figures.of(runs[1]), True),
+        ("start-up: two-turn fork --json", Figures.of(runs[2]), True),
+        (f"start-up: import {', '.join(RUNTIME_DEPS)}", Figures.of(runs[3]), False),
+        ("start-up: … and our modules a fork imports", Figures.of(runs[4]), False),
     ):
         beyond = figures.cpu - floor.cpu
         rows.append(
@@ -246,11 +277,11 @@ def startup(bench: Bench) -> list[Row]:
                 figures,
                 f"{cpu(floor)} (python -c 'import typer')",
                 f"{beyond * 1000:+.0f} ms",
-                f"≤ +{STARTUP_SLACK_S * 1000:.0f} ms",
-                beyond <= STARTUP_SLACK_S,
+                f"≤ +{STARTUP_SLACK_S * 1000:.0f} ms" if goal else "report",
+                beyond <= STARTUP_SLACK_S if goal else None,
             )
         )
-    rows[1] = replace(rows[1], contention=rows[0].contention)  # the same rounds
+    rows[1:] = [replace(r, contention=rows[0].contention) for r in rows[1:]]  # the same rounds
     return rows
 
 
