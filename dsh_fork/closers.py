@@ -14,11 +14,15 @@ that state into events.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from msgspec import Struct
 
+from .results import Documented
 from .turns import OpenTurnState
+
+if TYPE_CHECKING:
+    from . import documents as docs
 
 RESULT_ID_PREFIX = "forked-tool-result-"
 FORKED_REASON = {"kind": "forked"}
@@ -47,7 +51,7 @@ class Closer(Struct, frozen=True):
     extra: dict[str, Any]
 
 
-class ClosedCall(Struct, frozen=True):
+class ClosedCall(Documented, Struct, frozen=True):
     """A pending call and the result that settles it in the child (for the report)."""
 
     call_id: str
@@ -57,17 +61,19 @@ class ClosedCall(Struct, frozen=True):
     call_seq: int | None
     """The seq of its ``tool/call`` (a started call), else None."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "callId": self.call_id,
-            "step": self.step,
-            "resultSeq": self.result_seq,
-            "code": self.code,
-            "callSeq": self.call_seq,
-        }
+    def to_document(self) -> docs.ClosedToolResult:
+        from . import documents as docs
+
+        return docs.ClosedToolResult(
+            call_id=self.call_id,
+            step=self.step,
+            result_seq=self.result_seq,
+            code=cast("docs.ClosingCode", self.code),  # one of the two codes above
+            call_seq=self.call_seq,
+        )
 
 
-class ClosedTurn(Struct, frozen=True):
+class ClosedTurn(Documented, Struct, frozen=True):
     """What ``--close-turn`` appends after the marker, decided before anything is written."""
 
     turn: Any
@@ -82,15 +88,17 @@ class ClosedTurn(Struct, frozen=True):
         """Calls that had started: they may still complete in the source."""
         return [c.call_id for c in self.calls if c.call_seq is not None]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "turn": self.turn,
-            "startSeq": self.start_seq,
-            "toolResults": [call.to_json() for call in self.calls],
-            "stepEndSeq": self.step_end_seq,
-            "turnEndSeq": self.turn_end_seq,
-            "events": len(self.events),
-        }
+    def to_document(self) -> docs.ClosedTurn:
+        from . import documents as docs
+
+        return docs.ClosedTurn(
+            turn=self.turn,
+            start_seq=self.start_seq,
+            tool_results=[call.to_document() for call in self.calls],
+            step_end_seq=self.step_end_seq,
+            turn_end_seq=self.turn_end_seq,
+            events=len(self.events),
+        )
 
 
 def close(state: OpenTurnState, first_seq: int) -> ClosedTurn:

@@ -84,7 +84,10 @@ class ForkFailedItem(Struct, rename="camel"):
     id: str
     code: str
     message: str
-    fork_child: str
+    fork_child: Annotated[
+        str | None,
+        Meta(description="null for a session of the root outside every fork child's tree."),
+    ]
 
 
 class PartialError(Struct, rename="camel", forbid_unknown_fields=True):
@@ -131,13 +134,16 @@ class WorkspaceJoin(Struct, rename="camel"):
     ]
 
 
+ClosingCode = Literal["TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED"]
+
+
 class ClosedToolResult(Struct, rename="camel"):
     """The synthetic result that closes a pending tool call (fork --close-turn)."""
 
     call_id: str
     step: Any
     result_seq: int
-    code: Literal["TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED"]
+    code: ClosingCode
     call_seq: Annotated[
         int | None, Meta(description="The call's tool/call seq (it had started), else null.")
     ]
@@ -267,9 +273,6 @@ class ForkDocument(Document):
     schema_version: Version1
     child: ForkChild
     agents: Annotated[RelinkSummary | None, Meta(description="null with --no-agents.")]
-    dry_run: bool
-    frames_copied: int
-    frames_reencoded: int
     workspace: Annotated[
         WorkspaceJoin | None,
         Meta(
@@ -277,6 +280,9 @@ class ForkDocument(Document):
             "only when no fork was planned."
         ),
     ]
+    dry_run: bool
+    frames_copied: int
+    frames_reencoded: int
 
 
 class LeftBehind(Struct, rename="camel", forbid_unknown_fields=True):
@@ -301,11 +307,16 @@ class SalvageDocument(ForkDocument):
     left_behind: LeftBehind
 
 
-class RelinkDocument(RelinkSummary, kw_only=True):
+class _PartialSummary(RelinkSummary, kw_only=True):
+    """A summary with the error of a partial run, after its own keys."""
+
+    error: PartialMember = UNSET
+
+
+class RelinkDocument(_PartialSummary):
     """relink FORK_CHILD"""
 
-    schema_version: Version1
-    error: PartialMember = UNSET
+    schema_version: Version1  # not keyword-only: printed before the summary's keys
 
 
 class SkippedFork(Struct, rename="camel"):
@@ -1237,9 +1248,10 @@ class TrashEntry(Struct, rename="camel", forbid_unknown_fields=True, kw_only=Tru
     sessions: list[TrashedSession]
 
 
-class TrashDocument(TrashEntry, kw_only=True):
+class TrashDocument(TrashEntry):
     """trash"""
 
+    # not keyword-only, as the entry's fields are: printed before them
     schema_version: Version1
     dry_run: bool
     forks_left: Annotated[
@@ -1251,9 +1263,10 @@ class TrashDocument(TrashEntry, kw_only=True):
     ]
 
 
-class RestoreDocument(TrashEntry, kw_only=True):
+class RestoreDocument(TrashEntry):
     """restore"""
 
+    # not keyword-only, as the entry's fields are: printed before them
     schema_version: Version1
     dry_run: bool
 

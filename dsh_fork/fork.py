@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, field
 
 from . import closers, inbox, seeded, titles
 from .closers import ClosedTurn
@@ -42,12 +42,14 @@ from .model import TURN_TYPES, Facts, OpenTurnInfo, derive
 from .oplog import NO_AGENTS, OpLog
 from .progress import SILENT, Progress
 from .reader import open_log
+from .results import SCHEMA_VERSION, Documented
 from .sessionlog import SessionLog
 from .times import iso_ms
 from .turns import CLOSE_TURN_HINT, open_turn_at
 from .workspace import moved_workspace
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
+    from . import documents as docs
     from .forkpoint import ForkPoint
     from .joining import WorkspaceJoin
     from .records import Header
@@ -62,7 +64,7 @@ SourceReader = Callable[[Generation, list[str]], SessionLog]
 """Reads a fork's source log, with the events of the given types collected."""
 
 
-class ForkResult(Struct):
+class ForkResult(Documented, Struct):
     """What a fork wrote (or, with ``dry_run``, would write): semantics §3.2."""
 
     child_id: str | None
@@ -100,40 +102,40 @@ class ForkResult(Struct):
         not; the error names the command that finishes the work."""
         return self.failure
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "child": {
-                "id": self.child_id,
-                "path": None if self.path is None else str(self.path),
-                "projectDir": str(self.project_dir),
-                "parentSession": self.parent_session,
-                "boundary": self.boundary,
-                "inheritedEvents": self.inherited_events,
-                "agentPreset": self.agent_preset,
-                "createdAt": self.created_at,
-                "createdAtIso": iso_ms(self.created_at),
-                "title": self.title,
-                "sourceTitle": self.source_title,
-                **self._options_json(),
-            },
-            "agents": None if self.agents is None else self.agents.to_json(),
-            "workspace": None if self.workspace is None else self.workspace.to_json(),
-            "dryRun": self.dry_run,
-            "framesCopied": self.frames_copied,
-            "framesReencoded": self.frames_reencoded,
-        }
+    def to_document(self) -> docs.ForkDocument:
+        from . import documents as docs
 
-    def _options_json(self) -> dict[str, Any]:
-        """Keys of the options that change the child: present only when they were used."""
-        keys: dict[str, Any] = {}
-        if self.cwd_moved:
-            keys["cwd"] = self.cwd
-        if self.inbox_canceled is not None:
-            keys["inboxCanceled"] = self.inbox_canceled
-        if self.close_turn:
-            closed = self.closed_turn
-            keys["closedTurn"] = None if closed is None else closed.to_json()
-        return keys
+        closed = self.closed_turn
+        child = docs.ForkChild(
+            id=self.child_id,
+            path=None if self.path is None else str(self.path),
+            project_dir=str(self.project_dir),
+            parent_session=self.parent_session,
+            boundary=self.boundary,
+            inherited_events=self.inherited_events,
+            agent_preset=self.agent_preset,
+            created_at=self.created_at,
+            created_at_iso=iso_ms(self.created_at),
+            title=self.title,
+            source_title=self.source_title,
+            # the keys of the options that change the child: only when they were used
+            cwd=self.cwd if self.cwd_moved and self.cwd is not None else UNSET,
+            inbox_canceled=UNSET if self.inbox_canceled is None else self.inbox_canceled,
+            closed_turn=UNSET
+            if not self.close_turn
+            else None
+            if closed is None
+            else closed.to_document(),
+        )
+        return docs.ForkDocument(
+            schema_version=SCHEMA_VERSION,
+            child=child,
+            agents=None if self.agents is None else self.agents.to_summary(),
+            workspace=None if self.workspace is None else self.workspace.to_document(),
+            dry_run=self.dry_run,
+            frames_copied=self.frames_copied,
+            frames_reencoded=self.frames_reencoded,
+        )
 
 
 def fork(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from msgspec import Struct
 
@@ -27,6 +27,10 @@ from .ids import ClockMs, now_ms
 from .locking import probe
 from .reader import current_generation, read_header
 from .records import Header
+from .results import Documented
+
+if TYPE_CHECKING:
+    from . import documents as docs
 
 JoinStatus = Literal["joined", "would-join", "already", "none", "skipped", "refused"]
 """joined: written; would-join: a dry run's plan; already: listed there before; none: no
@@ -43,7 +47,7 @@ FIRST = " (DSH sorts sessions into workspaces on its first start)"
 SUBAGENT = "a subagent session never joins a workspace (DSH never attaches one)"
 
 
-class WorkspaceJoin(Struct):
+class WorkspaceJoin(Documented, Struct):
     """Which workspace one session joined (or would join), or why none."""
 
     session: str | None
@@ -54,16 +58,18 @@ class WorkspaceJoin(Struct):
     reason: str | None = None
     archived: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "session": self.session,
-            "status": self.status,
-            "workspace": self.workspace,
-            "title": self.title,
-            "path": self.path,
-            "reason": self.reason,
-            "archived": self.archived,
-        }
+    def to_document(self) -> docs.WorkspaceJoin:
+        from . import documents as docs
+
+        return docs.WorkspaceJoin(
+            session=self.session,
+            status=self.status,
+            workspace=self.workspace,
+            title=self.title,
+            path=self.path,
+            reason=self.reason,
+            archived=self.archived,
+        )
 
     def text(self) -> str:
         """The human line: ``joined "proj" (/work/proj)`` or ``none: <why>``."""

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 
 from .display import counted
 from .errors import Partial
+from .results import SCHEMA_VERSION, Documented
+
+if TYPE_CHECKING:
+    from . import documents as docs
 
 RERUN_CODES = frozenset(
     ("SESSION_LOCKED", "SESSION_STALE", "SESSION_NOT_FOUND", "IO_ERROR", "UNRESUMABLE")
@@ -35,7 +39,7 @@ NO_AGENTS_REASON = "no-agents"
 """Why ``relink --all`` leaves a fork alone: it was made with ``fork --no-agents``."""
 
 
-class RelinkSummary(Struct):
+class RelinkSummary(Documented, Struct):
     """The outcome of one fork child (semantics §4.6); ``to_json`` is the contract object."""
 
     fork_child: str | None
@@ -57,21 +61,36 @@ class RelinkSummary(Struct):
     temp_left: set[str] = field(default_factory=set)
     """Not part of the outcome: the copies whose publish left its temp (rare), by id."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "forkChild": self.fork_child,
-            "source": self.source,
-            "copied": self.copied,
-            "skipped": self.skipped,
-            "unrelated": self.unrelated,
-            "uncatalogable": self.uncatalogable,
-            "catalogued": self.catalogued,
-            "descriptorsRepaired": self.descriptors_repaired,
-            "failed": self.failed,
-            "unresumable": [item["id"] for item in self.unresumable],
-            "dryRun": self.dry_run,
-            "warnings": self.warnings,
-        }
+    def to_summary(self) -> docs.RelinkSummary:
+        """The summary, as a fork's document (``agents``), ``relink --all``'s results and the
+        operation log hold it; the rows the walk keeps as dicts are converted to their
+        Structs, and so checked against the schema, here."""
+        from msgspec import convert
+
+        from . import documents as docs
+
+        return docs.RelinkSummary(
+            fork_child=self.fork_child,
+            source=self.source,
+            copied=convert(self.copied, list[docs.CopiedAgent]),
+            skipped=convert(self.skipped, list[docs.SkippedAgent]),
+            unrelated=self.unrelated,
+            uncatalogable=convert(self.uncatalogable, list[docs.UncatalogableAgent]),
+            catalogued=self.catalogued,
+            descriptors_repaired=self.descriptors_repaired,
+            failed=convert(self.failed, list[docs.FailedItem]),
+            unresumable=[item["id"] for item in self.unresumable],
+            dry_run=self.dry_run,
+            warnings=self.warnings,
+        )
+
+    def to_document(self) -> docs.RelinkDocument:
+        """``relink FORK_CHILD``'s document: the summary and its schema version."""
+        from msgspec.structs import asdict
+
+        from . import documents as docs
+
+        return docs.RelinkDocument(schema_version=SCHEMA_VERSION, **asdict(self.to_summary()))
 
     def clean_copies(self) -> frozenset[str]:
         """The copies published with their temp removed, by id: ``sweep_abandoned`` does not
@@ -118,7 +137,7 @@ class RelinkSummary(Struct):
         )
 
 
-class RelinkAllResult(Struct):
+class RelinkAllResult(Documented, Struct):
     """``relink --all``: one summary per fork child and every failure, each with its fork."""
 
     results: list[RelinkSummary]
@@ -130,12 +149,17 @@ class RelinkAllResult(Struct):
     notes: list[str] = field(default_factory=list)
     """Warnings of the whole run (sessions that cannot be read and no fork's tree names)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "results": [r.to_json() for r in self.results],
-            "failed": self.failed,
-            "skipped": self.skipped,
-        }
+    def to_document(self) -> docs.RelinkAllDocument:
+        from msgspec import convert
+
+        from . import documents as docs
+
+        return docs.RelinkAllDocument(
+            schema_version=SCHEMA_VERSION,
+            results=[r.to_summary() for r in self.results],
+            failed=convert(self.failed, list[docs.ForkFailedItem]),
+            skipped=convert(self.skipped, list[docs.SkippedFork]),
+        )
 
     @property
     def warnings(self) -> list[str]:

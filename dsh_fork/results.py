@@ -43,7 +43,8 @@ class Result(Protocol):
 class Documented:
     """A value whose JSON is a Struct of documents.py: a subclass builds it in
     ``to_document``; ``to_json`` is that Struct as plain JSON values (camelCase keys, in the
-    Struct's order, UNSET fields left out), never a second definition of its keys."""
+    Struct's order, UNSET fields left out) but for ``schemaVersion``, never a second
+    definition of its keys."""
 
     __slots__ = ()
 
@@ -51,7 +52,9 @@ class Documented:
         raise NotImplementedError
 
     def to_json(self) -> dict[str, Any]:
-        return plain(self.to_document())
+        out = plain(self.to_document())
+        out.pop("schemaVersion", None)  # the document's, not the value's
+        return out
 
 
 def plain(value: msgspec.Struct) -> dict[str, Any]:

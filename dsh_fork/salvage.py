@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
+from . import documents as docs
 from . import frames as zframes
 from .discovery import locate
 from .errors import CorruptLog, UsageError
@@ -30,6 +32,7 @@ from .layout import oplog_path as default_oplog_path
 from .model import TURN_TYPES, derive
 from .reader import header_line, open_log, stable_read
 from .records import parse_event, parse_header
+from .results import Documented
 from .sessionlog import FramedLog, SessionLog
 
 MAX_SALVAGE_BYTES = 32 << 20
@@ -37,32 +40,11 @@ MAX_SALVAGE_BYTES = 32 << 20
 refused, so memory stays under 100 MB whatever the input."""
 
 
-class LeftBehind(Struct):
-    """What the child does not hold: from which seq and byte of the source, and why."""
-
-    from_seq: int
-    """The first seq not in the child (events from here on are not forked)."""
-    kept_events: int
-    """Events DSH would read before the defect; the child holds those up to the boundary."""
-    from_byte: int | None
-    """Where the defect's data begins in the source file (a frame's first byte)."""
-    reason: str
-    dropped_open_turn: int
-    """Readable events after the boundary, left because they lie in a turn left open."""
-    bytes_left: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fromSeq": self.from_seq,
-            "keptEvents": self.kept_events,
-            "fromByte": self.from_byte,
-            "reason": self.reason,
-            "droppedOpenTurnEvents": self.dropped_open_turn,
-            "bytesLeft": self.bytes_left,
-        }
+LeftBehind = docs.LeftBehind
+"""What the child does not hold: from which seq and byte of the source, and why."""
 
 
-class SalvageResult(Struct):
+class SalvageResult(Documented, Struct):
     """The fork of the readable prefix and what was left behind."""
 
     fork: ForkResult
@@ -75,8 +57,9 @@ class SalvageResult(Struct):
     def partial(self) -> Any:
         return self.fork.partial()
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.fork.to_json(), "leftBehind": self.left.to_json()}
+    def to_document(self) -> docs.SalvageDocument:
+        fork = self.fork.to_document()
+        return docs.SalvageDocument(**msgspec.structs.asdict(fork), left_behind=self.left)
 
 
 class _Readable(Struct):

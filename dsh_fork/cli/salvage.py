@@ -18,8 +18,8 @@ def _render(out: Out, result: SalvageResult) -> None:
     left = result.left
     where = "" if left.from_byte is None else f", byte {left.from_byte} of the source"
     out.line(f"  left behind: from seq {left.from_seq}{where}: {left.reason}")
-    if left.dropped_open_turn:
-        out.line(f"  ({left.dropped_open_turn} readable events lie in a turn left open)")
+    if left.dropped_open_turn_events:
+        out.line(f"  ({left.dropped_open_turn_events} readable events lie in a turn left open)")
 
 
 @app.command("salvage", short_help="Fork the part of a log DSH refuses that DSH would read.")
