@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -27,10 +28,12 @@ from msgspec import Struct
 from . import __version__, tarstream
 from . import frames as zframes
 from .errors import CorruptLog, DshForkError, UnsupportedFormat, UsageError
-from .generations import CURRENT_NAME, SUPPORTED_VERSION
+from .generations import CURRENT_NAME, SUPPORTED_VERSION, Generation
 from .layout import encode_segment, is_absolute_cwd, project_dir_name
-from .model import MODEL_TYPES, Facts
-from .records import Header, parse_event, parse_header
+from .model import Facts
+from .reader import header_line
+from .records import Header, parse_header
+from .sessionlog import FramedLog
 from .tarstream import Compression, Entry, Source, TarReader
 
 MANIFEST_NAME = "manifest.json"
@@ -453,9 +456,18 @@ def _first_manifest(tar: TarReader, where: str) -> Manifest:
 # -- checking a log ---------------------------------------------------------------------------
 
 
+FACT_TYPES = frozenset(
+    ("session/end-seed", "subagent/catalog", "subagent/descriptor", "agent-preset/selected")
+)
+"""The events an import folds into a log's facts, the only ones parsed whole: its cut (held to
+the manifest), its catalog and descriptor (the kind rule, a copy's descriptor and catalog
+fact), its preset (a copy's header). Every other line is checked by its envelope alone, as
+every command reads a log: a turn's events, half of a log's lines, are not parsed."""
+
+
 class CheckedLog(Struct):
     """What verifying a bundled log learned: its header, where the header frame ends, its
-    event count, the time of its last event, and its facts (``model.MODEL_TYPES``)."""
+    event count, the time of its last event, and its facts (``FACT_TYPES``)."""
 
     header: Header
     header_end: int
@@ -467,9 +479,11 @@ class CheckedLog(Struct):
 def check_log(member: Member, where: str) -> CheckedLog:
     """Verify a bundled log from its bytes and hold it to its manifest entry.
 
-    Every frame is decoded (libzstd checks its checksum) and every line parsed, seqs dense
-    from 0; a record may continue into the next frame, as DSH reads it. A torn tail is damage
-    here: export writes only complete frames. Memory is bounded by one frame's plaintext.
+    The log is read as every command reads one (``reader``'s frame index over the bundled
+    bytes): every frame decoded (libzstd checks its checksum), every line's envelope checked,
+    seqs dense from 0, a record that continues into the next frame read as DSH reads it, and
+    only the events the facts need parsed whole. A torn tail is damage here: export writes
+    only complete frames. Memory is bounded by one frame's plaintext beside the bytes.
     """
     session = member.session
     label = f"{where}:{session.member}"
@@ -478,28 +492,29 @@ def check_log(member: Member, where: str) -> CheckedLog:
         scan = zframes.scan(data)
         if not scan.frames or scan.torn_start is not None:
             raise CorruptLog(f"{label}: ends in a torn frame")
-        first = zframes.decode(data, scan.frames[0], 0)
-        if not first or first.find(b"\n") != len(first) - 1:
-            raise CorruptLog(f"{label}: the first frame is not exactly one header line")
-        header = parse_header(first[:-1], SUPPORTED_VERSION, where=label)
-        facts = Facts(header, 0)
-        seq, last_time, carry = 0, None, b""
-        for index, frame in enumerate(scan.frames[1:], 1):
-            text = carry + zframes.decode(data, frame, index)
-            end = text.rfind(b"\n") + 1
-            carry = text[end:]
-            for line in text[: end - 1].split(b"\n") if end else ():
-                if not line:
-                    raise CorruptLog(f"{label}: empty line after seq {seq - 1}")
-                event = parse_event(line, seq, where=label)
-                if event.type in MODEL_TYPES:
-                    facts.add(event)
-                last_time = event.time
-                seq += 1
-        if carry:
-            raise CorruptLog(f"{label}: the last record is not complete")
+        header = parse_header(
+            header_line(data, scan.frames[0], label), SUPPORTED_VERSION, where=label
+        )
+        generation = Generation(Path(label), SUPPORTED_VERSION, "zstd")
+        identity = (0, 0, len(data), 0, 0)
+        log = FramedLog(
+            generation,
+            data,
+            identity,
+            header,
+            scan.frames[0].end,
+            scan.frames[1:],
+            None,
+            wanted=FACT_TYPES,
+        )
+        log.build_index()
+        seq = log.event_count
+        last_time = log.event(seq - 1).time if seq else None
     except DshForkError as exc:
         raise _bad(where, f"{session.member}: {exc.message}") from None
+    facts = Facts(header, 0)
+    for event in log.collected:
+        facts.add(event)
     facts.event_count = seq
     expected = (session.id, session.cwd, session.parent_session, session.origin)
     if (header.id, header.cwd, header.parent_session, header.origin) != expected:

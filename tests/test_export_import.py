@@ -903,3 +903,60 @@ def test_a_fork_child_that_cannot_be_read_is_named_not_dropped(
     assert not (tmp_path / "p.tar").exists()
     assert skipped.exit_code == 10, skipped.stderr
     assert [s["id"] for s in skipped.json()["manifest"]["sessions"]][-1] == "delegated-described"
+
+
+# -- a bundled log is read as every command reads one -------------------------------------------
+
+
+def _bundled(frames: list[bytes]) -> bundle.Member:
+    header = (
+        b'{"type":"session","version":4,"id":"s1","createdAt":1,"cwd":"/w",'
+        b'"isSeeded":false,"delegationDepth":0}\n'
+    )
+    data = zframes.encode(header) + b"".join(zframes.encode(f) for f in frames)
+    entry = bundle.BundleSession(
+        id="s1",
+        role="top",
+        parent_session=None,
+        origin=None,
+        cwd="/w",
+        project_dir=project_dir_name("/w"),
+        generation=4,
+        created_at=1,
+        is_seeded=False,
+        delegation_depth=0,
+        events=2,
+        cut=0,
+        member=bundle.member_name(project_dir_name("/w"), "s1"),
+        size=len(data),
+        sha256=bundle.digest_of(data),
+        lock_held=False,
+    )
+    return bundle.Member(entry, data)
+
+
+def _event(seq: int) -> bytes:
+    return b'{"type":"note","seq":%d,"time":%d,"data":{}}' % (seq, 10 + seq)
+
+
+@pytest.mark.parametrize(
+    ("frames", "defect"),
+    [
+        ([_event(0) + b"\n" + _event(1) + b"\n"], None),
+        ([_event(0) + b"\n" + _event(1)[:20], _event(1)[20:] + b"\n"], None),
+        ([_event(0) + b"\n" + _event(1)[:20]], "complete"),
+        ([_event(0) + b"\n\n" + _event(1) + b"\n"], "seq"),
+        ([_event(0) + b"\n" + _event(2) + b"\n"], "seq"),
+        ([_event(0) + b"\n" + b'{"type":"note","seq":1,"time":11,"data":{]}\n'], "JSON"),
+    ],
+    ids=["whole", "continued", "unfinished", "empty line", "seq gap", "bad json"],
+)
+def test_a_bundled_log_is_held_to_what_dsh_reads(frames: list[bytes], defect: str | None) -> None:
+    member = _bundled(frames)
+    if defect is None:
+        checked = bundle.check_log(member, "a.tar")
+        assert (checked.event_count, checked.last_time) == (2, 11)
+        return
+    with pytest.raises(CorruptLog) as caught:
+        bundle.check_log(member, "a.tar")
+    assert caught.value.message.startswith("a.tar: ")
