@@ -20,6 +20,7 @@ from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, U
 from .frames import first_line
 from .fsdir import not_regular, open_regular
 from .generations import (
+    SETTLED_NS,
     SUPPORTED_VERSION,
     Generation,
     Names,
@@ -388,12 +389,6 @@ class SessionEntry:
         return 0
 
 
-SETTLED_NS = 3_000_000_000
-"""How long before its listing a project dir must have last changed for an unchanged mtime to
-mean unchanged names (``Root.unknown_texts``): longer than the coarsest time stamps (FAT's
-2 s)."""
-
-
 class _ProjectListing(NamedTuple):
     """A project dir as ``Root.unknown_texts`` last listed it."""
 
@@ -417,6 +412,10 @@ class Root(Struct):
     """What ``unknown_texts`` found in each project dir when it last listed it."""
     progress: Progress | None = None
     """Told of each session dir read by ``entries`` (the stage "sessions read")."""
+    listed_at: int = 0
+    """When ``entries`` began to list the root (``time.time_ns``), 0 before: a dir that has
+    not changed since ``SETTLED_NS`` before then still holds the names listed
+    (``generations.unchanged_since``)."""
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -531,6 +530,7 @@ class Root(Struct):
         (``SessionEntry.others``), so that no dir is listed again for its temps.
         """
         if self._entries is None:
+            self.listed_at = time.time_ns()
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
             found: list[SessionEntry] = []
             unlisted: list[SessionEntry] = []

@@ -97,6 +97,18 @@ def stable_read(
 # -- opening --------------------------------------------------------------------------------
 
 
+def check_current(generation: Generation) -> None:
+    """The re-list after a read (format §13 step 2): SESSION_STALE when the dir's highest
+    generation is no longer the one read. The names alone: no Path or Generation is built for
+    a dir that holds still."""
+    path = generation.path
+    names = scan_names(path.parent)
+    if not names or names[-1][2] != path.name:
+        raise SessionStale(
+            f"{path.parent}: its generations changed while being read", path=str(path)
+        )
+
+
 def current_generation(session_dir: Path) -> Generation | None:
     return select(list_generations(session_dir))
 
@@ -218,14 +230,8 @@ def open_log(
         log: SessionLog = open_streamed(generation, wanted)
     else:
         data, identity = stable_read(generation.path, limit=budget.MAX_WHOLE_READ)
-    if check_dir:  # the names alone: no Path or Generation built for a dir that holds still
-        path = generation.path
-        names = scan_names(path.parent)
-        if not names or names[-1][2] != path.name:
-            raise SessionStale(
-                f"{generation.path.parent}: its generations changed while being read",
-                path=str(generation.path),
-            )
+    if check_dir:
+        check_current(generation)
     if streamed:
         return log
     where = str(generation.path)
