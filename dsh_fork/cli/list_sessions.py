@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import typer
@@ -26,14 +27,23 @@ COLUMNS = (
 
 
 def render(out: Out, listing: SessionList, exact: bool = False) -> None:
-    from .tables import human_size
-
     shown = len(listing.rows)
     noun = "sessions" if listing.everything else "conversations"
     if not listing.rows:
         out.line(f"{listing.root}: no {noun}" + ("" if shown == listing.total else " match"))
         return
-    rows = []
+    columns = list(COLUMNS)
+    if listing.workspaces:  # the root's home has DSH's workspace registry
+        columns.insert(3, "workspace")
+    what = f"{shown} {noun}" if listing.everything else _conversations(listing)
+    out.table(f"{what} in {listing.root}", columns, _cells(listing, exact))
+
+
+def _cells(listing: SessionList, exact: bool) -> Iterator[list[int | str | None]]:
+    """The cells of each row, made as the table takes them: a table of 100,000 rows holds
+    its printed cells once, not a second list of every value beside them."""
+    from .tables import human_size
+
     for row in listing.rows:
         title = row.title if row.title is not None else row.label
         if row.error is not None:
@@ -53,12 +63,7 @@ def render(out: Out, listing: SessionList, exact: bool = False) -> None:
         ]
         if listing.workspaces:
             cells.insert(3, workspace_cell(row))
-        rows.append(cells)
-    columns = list(COLUMNS)
-    if listing.workspaces:  # the root's home has DSH's workspace registry
-        columns.insert(3, "workspace")
-    what = f"{shown} {noun}" if listing.everything else _conversations(listing)
-    out.table(f"{what} in {listing.root}", columns, rows)
+        yield cells
 
 
 def workspace_cell(row: SessionRow) -> str | None:
