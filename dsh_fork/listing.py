@@ -39,7 +39,7 @@ CONVERSATIONS: frozenset[str | None] = frozenset(("root", "fork", "linked"))
 AGENT_KINDS = ("subagent", "copy")
 
 
-class SessionRow(Documented, Struct):
+class SessionRow(Documented, Struct, gc=False):
     """One session of the root; ``error`` names why its log could not be read."""
 
     id: str
@@ -280,10 +280,10 @@ def list_sessions(
     return listing
 
 
-def _unheld(entry: SessionEntry, owners: dict[str, str]) -> bool:
+def _unheld(entry: SessionEntry, owners: dict[str, str | None]) -> bool:
     """Whether no conversation holds the session (a subagent or copy is counted in its
     conversation's row, not shown): any session but a held subagent or copy."""
-    return entry.id is None or entry.id not in owners
+    return entry.id is None or owners.get(entry.id) is None
 
 
 def _wanted(
@@ -313,45 +313,47 @@ def _listed_by(reg: registry.Registry, name: str) -> set[str]:
     return {session for record in records for session in record.session_ids}
 
 
-def _owners(entries: list[SessionEntry], kinds_of: list[HeaderKind | None]) -> dict[str, str]:
+def _owners(
+    entries: list[SessionEntry], kinds_of: list[HeaderKind | None]
+) -> dict[str, str | None]:
     """The conversation each subagent and copy is counted under: the first session up its
     chain of parents that is a conversation, reached through subagents and copies only. A
-    chain that ends at a missing parent, an unreadable one, or in a cycle has none (its
-    sessions are then rows of their own). Iterative, so a chain of any depth is walked."""
-    kinds: dict[str, HeaderKind | None] = {}
-    parents: dict[str, str | None] = {}
+    chain that ends at a missing parent, an unreadable one, or in a cycle has none (None:
+    its sessions are then rows of their own). Iterative, so a chain of any depth is walked.
+    One dict of the root's ids, and one of its subagents and copies: a root of 100,000
+    sessions holds them beside its rows."""
+    nodes: dict[str, str | bool] = {}  # a subagent or copy: its parent; else: a conversation?
     for entry, kind in zip(entries, kinds_of, strict=True):
-        if entry.id is not None and entry.id not in kinds:
-            kinds[entry.id] = kind
-            parents[entry.id] = entry.parent
-    owners: dict[str, str] = {}
-    done: set[str] = set()
-    for start, kind in kinds.items():
-        if kind not in AGENT_KINDS or start in done:
+        ident = entry.id
+        if ident is not None and ident not in nodes:
+            parent = entry.parent
+            if kind in AGENT_KINDS and parent is not None:
+                nodes[ident] = parent
+            else:
+                nodes[ident] = kind in CONVERSATIONS
+    owners: dict[str, str | None] = {}
+    for start, up in nodes.items():
+        if not isinstance(up, str) or start in owners:
             continue
         chain: list[str] = []
         seen: set[str] = set()
-        node: str | None = start
+        node = start
         owner: str | None = None
-        while node is not None and node not in seen:
-            if node in done:
-                owner = owners.get(node)
+        while node not in seen:
+            if node in owners:
+                owner = owners[node]
                 break
-            if node not in kinds:
-                break  # a missing parent: no conversation holds the chain
-            node_kind = kinds[node]
-            if node_kind in CONVERSATIONS:
+            above = nodes.get(node)
+            if above is None or above is False:
+                break  # a missing or unreadable parent: no conversation holds the chain
+            if above is True:
                 owner = node
                 break
-            if node_kind not in AGENT_KINDS:
-                break  # unreadable: no conversation holds the chain
             seen.add(node)
             chain.append(node)
-            node = parents.get(node)
+            node = above
         for member in chain:
-            done.add(member)
-            if owner is not None:
-                owners[member] = owner
+            owners[member] = owner
     return owners
 
 
