@@ -16,8 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct, field
 
+from . import documents as docs
 from . import joining, registry
 from .discovery import Root, SessionEntry, locate
 from .errors import DshForkError, Partial, UsageError
@@ -26,11 +28,12 @@ from .ids import ClockMs, now_ms
 from .layout import resolve_root
 from .reader import open_log, read_header
 from .records import Header
+from .results import SCHEMA_VERSION, Documented
 
 TURN_START = "turn/start"
 
 
-class AttachItem(Struct):
+class AttachItem(Documented, Struct):
     """One session attach placed, or would place, or could not."""
 
     session: str
@@ -39,11 +42,12 @@ class AttachItem(Struct):
     was: str | None = None
     """The title of the workspace that listed it before (a moved session), else None."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.join.to_json(), "cwd": self.cwd, "was": self.was}
+    def to_document(self) -> docs.PlacedSession:
+        joined = msgspec.structs.asdict(self.join.to_document())
+        return docs.PlacedSession(**joined, cwd=self.cwd, was=self.was)
 
 
-class AttachResult(Struct):
+class AttachResult(Documented, Struct):
     root: Path
     file: Path
     """The registry file (the root's home's)."""
@@ -72,17 +76,18 @@ class AttachResult(Struct):
             return None
         return Partial(f"{len(failed)} sessions were not attached", failed, self)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": str(self.root),
-            "registry": str(self.file),
-            "registryState": self.state,
-            "registryReason": self.reason,
-            "dryRun": self.dry_run,
-            "sessions": [item.to_json() for item in self.items],
-            "members": self.members,
-            "unreadable": self.unreadable,
-        }
+    def to_document(self) -> docs.AttachDocument:
+        return docs.AttachDocument(
+            schema_version=SCHEMA_VERSION,
+            root=str(self.root),
+            registry=str(self.file),
+            registry_state=self.state,
+            registry_reason=self.reason,
+            dry_run=self.dry_run,
+            sessions=[item.to_document() for item in self.items],
+            members=self.members,
+            unreadable=msgspec.convert(self.unreadable, list[docs.UnreadableSession]),
+        )
 
 
 def attach_arg(

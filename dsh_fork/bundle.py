@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 import orjson
 from msgspec import Struct
 
 from . import __version__, tarstream
+from . import documents as docs
 from . import frames as zframes
 from .errors import CorruptLog, DshForkError, UnsupportedFormat, UsageError
 from .generations import CURRENT_NAME, SUPPORTED_VERSION, Generation
@@ -39,7 +40,7 @@ from .tarstream import Compression, Entry, Source, TarReader
 MANIFEST_NAME = "manifest.json"
 SESSIONS_DIR = "sessions"
 SCHEMA_VERSION = 1
-KIND = "dsh-fork-bundle"
+KIND: Final = "dsh-fork-bundle"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 """About 20,000 sessions (a manifest entry is about 800 bytes)."""
 MEMBER_MODE = 0o600
@@ -97,24 +98,24 @@ class BundleSession(Struct, frozen=True):
     sha256: str
     lock_held: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "role": self.role,
-            "parentSession": self.parent_session,
-            "origin": self.origin,
-            "cwd": self.cwd,
-            "projectDir": self.project_dir,
-            "sessionDir": encode_segment(self.id),
-            "generation": self.generation,
-            "createdAt": self.created_at,
-            "isSeeded": self.is_seeded,
-            "delegationDepth": self.delegation_depth,
-            "events": self.events,
-            "cut": self.cut,
-            "lockHeld": self.lock_held,
-            "file": {"path": self.member, "size": self.size, "sha256": self.sha256},
-        }
+    def to_document(self) -> docs.BundleSession:
+        return docs.BundleSession(
+            id=self.id,
+            role=self.role,
+            parent_session=self.parent_session,
+            origin=self.origin,
+            cwd=self.cwd,
+            project_dir=self.project_dir,
+            session_dir=encode_segment(self.id),
+            generation=self.generation,
+            created_at=self.created_at,
+            is_seeded=self.is_seeded,
+            delegation_depth=self.delegation_depth,
+            events=self.events,
+            cut=self.cut,
+            lock_held=self.lock_held,
+            file=docs.BundleFile(self.member, self.size, self.sha256),
+        )
 
     @classmethod
     def from_json(cls, value: Any, where: str) -> BundleSession:
@@ -175,21 +176,22 @@ class Manifest(Struct, frozen=True):
     def total_bytes(self) -> int:
         return sum(s.size for s in self.sessions)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schemaVersion": self.schema_version,
-            "kind": self.kind,
-            "dshForkVersion": self.dsh_fork_version,
-            "formatVersion": self.format_version,
-            "createdAt": self.created_at,
-            "top": self.top,
-            "forks": self.forks,
-            "totalBytes": self.total_bytes,
-            "sessions": [s.to_json() for s in self.sessions],
-        }
+    def to_document(self) -> docs.Manifest:
+        """manifest.json, as export writes it into the archive and prints it."""
+        return docs.Manifest(
+            schema_version=self.schema_version,
+            kind=KIND,
+            dsh_fork_version=self.dsh_fork_version,
+            format_version=self.format_version,
+            created_at=self.created_at,
+            top=self.top,
+            forks=self.forks,
+            total_bytes=self.total_bytes,
+            sessions=[s.to_document() for s in self.sessions],
+        )
 
     def encoded(self) -> bytes:
-        return orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
+        return msgspec.json.format(msgspec.json.encode(self.to_document()), indent=2) + b"\n"
 
     @classmethod
     def parse(cls, data: bytes, where: str) -> Manifest:

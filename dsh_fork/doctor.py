@@ -14,8 +14,9 @@ from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any, Literal
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, field
 
+from . import documents as docs
 from .discovery import Root, SessionEntry, locate
 from .errors import Partial, SessionNotFound, UnsupportedFormat
 from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
@@ -33,6 +34,7 @@ from .locking import probe
 from .model import derive
 from .progress import SILENT, Progress
 from .records import header_version
+from .results import SCHEMA_VERSION, Documented
 from .validation import SEVERITIES, DirCheck, Severity, binding_problem, check_dir
 
 Scope = Literal["root", "session"]
@@ -42,7 +44,7 @@ FLAT_SUFFIXES = (".jsonl", ".jsonl.zstd")
 EVIDENCE = frozenset(EVIDENCE_TYPES)
 
 
-class DoctorFinding(Struct, frozen=True):
+class DoctorFinding(Documented, Struct, frozen=True):
     severity: Severity
     scope: Scope
     code: str
@@ -51,20 +53,19 @@ class DoctorFinding(Struct, frozen=True):
     path: str | None = None
     seq: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"severity": self.severity, "scope": self.scope}
-        if self.session is not None:
-            out["session"] = self.session
-        if self.path is not None:
-            out["path"] = self.path
-        out["code"] = self.code
-        out["message"] = self.message
-        if self.seq is not None:
-            out["seq"] = self.seq
-        return out
+    def to_document(self) -> docs.Finding:
+        return docs.Finding(
+            severity=self.severity,
+            scope=self.scope,
+            session=UNSET if self.session is None else self.session,
+            path=UNSET if self.path is None else self.path,
+            code=self.code,
+            message=self.message,
+            seq=UNSET if self.seq is None else self.seq,
+        )
 
 
-class DoctorReport(Struct):
+class DoctorReport(Documented, Struct):
     root: Path
     encoding: str
     sessions: int
@@ -80,14 +81,15 @@ class DoctorReport(Struct):
     def errors(self) -> list[DoctorFinding]:
         return [f for f in self.findings if f.severity == "error"]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": str(self.root),
-            "encoding": self.encoding,
-            "sessions": self.sessions,
-            "findings": [f.to_json() for f in self.findings],
-            "counts": self.counts(),
-        }
+    def to_document(self) -> docs.DoctorDocument:
+        return docs.DoctorDocument(
+            schema_version=SCHEMA_VERSION,
+            root=str(self.root),
+            encoding=self.encoding,
+            sessions=self.sessions,
+            findings=[f.to_document() for f in self.findings],
+            counts=docs.Counts(**self.counts()),
+        )
 
     @property
     def warnings(self) -> list[str]:

@@ -505,6 +505,15 @@ class EventLine(Struct):
     summary: str
 
 
+class LogFinding(Struct):
+    """A finding of the checks of one log."""
+
+    severity: Literal["error", "warning", "info"]
+    code: str
+    message: str
+    seq: Annotated[int, Meta(description="The event it is about.")] | UnsetType = UNSET
+
+
 class InspectDocument(Document, kw_only=True):
     """inspect SESSION"""
 
@@ -532,7 +541,7 @@ class InspectDocument(Document, kw_only=True):
     preset: str | None
     model: ModelChoice
     pending_inbox: list[Any]
-    findings: list[dict[str, Any]]
+    findings: list[LogFinding]
     counts: Counts
     event_list: (
         Annotated[list[EventLine], Meta(description="With --events: one entry per event.")]
@@ -641,15 +650,15 @@ class DiffDocument(Document, forbid_unknown_fields=True):
 # -- the root: doctor, list, tree, du ---------------------------------------------------------
 
 
-class Finding(Struct, rename="camel"):
+class Finding(Struct, rename="camel", kw_only=True):
     """A problem doctor found."""
 
     severity: Literal["error", "warning", "info"]
     scope: Literal["root", "session"]
-    code: str
-    message: str
     session: str | UnsetType = UNSET
     path: str | UnsetType = UNSET
+    code: str
+    message: str
     seq: int | UnsetType = UNSET
 
 
@@ -1047,11 +1056,11 @@ class FixtureDocument(Document):
     sessions: int
     per_depth: dict[str, int]
     top_level: list[str]
-    forks: list[str] | UnsetType = UNSET
-    legacy_forks: list[str] | UnsetType = UNSET
-    old_generation: list[str] | UnsetType = UNSET
-    open_turns: list[str] | UnsetType = UNSET
-    torn_tails: list[str] | UnsetType = UNSET
+    forks: list[str]
+    legacy_forks: list[str]
+    old_generation: list[str]
+    open_turns: list[str]
+    torn_tails: list[str]
     registry: (
         Annotated[
             str,

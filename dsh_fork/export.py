@@ -35,11 +35,12 @@ import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from msgspec import Struct, field
 
 from . import bundle
+from . import documents as docs
 from . import frames as zframes
 from .bundle import BundleSession, Manifest, Role
 from .discovery import Located, Root, SessionEntry, locate
@@ -61,6 +62,7 @@ from .locking import running
 from .model import derive
 from .progress import SILENT, Progress
 from .reader import check_version, open_log
+from .results import SCHEMA_VERSION, Documented
 from .sessionlog import SessionLog
 from .source import FileBytes, copy_range, stale
 from .tarstream import STDIN_NAME, Compression, TarWriter
@@ -70,7 +72,7 @@ STDOUT = STDIN_NAME
 COPY_PIECE = 1 << 20
 
 
-class LeftOut(Struct):
+class LeftOut(Documented, Struct):
     """A family member the export could not read, or left out with its parent."""
 
     id: str | None
@@ -78,11 +80,11 @@ class LeftOut(Struct):
     code: str
     message: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "path": self.path, "code": self.code, "message": self.message}
+    def to_document(self) -> docs.LeftOut:
+        return docs.LeftOut(self.id, self.path, self.code, self.message)
 
 
-class ExportResult(Struct):
+class ExportResult(Documented, Struct):
     """What an export wrote: the archive, the manifest inside it, and what it left out."""
 
     path: Path
@@ -103,16 +105,13 @@ class ExportResult(Struct):
         total = len(self.manifest.sessions) + len(failed)
         return Partial(f"{len(failed)} of {total} sessions were left out", failed, self)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "archive": {
-                "path": str(self.path),
-                "compression": self.compression,
-                "bytes": self.archive_bytes,
-            },
-            "manifest": self.manifest.to_json(),
-            "leftOut": [item.to_json() for item in self.left_out],
-        }
+    def to_document(self) -> docs.ExportDocument:
+        return docs.ExportDocument(
+            schema_version=SCHEMA_VERSION,
+            archive=docs.Archive(str(self.path), self.compression, self.archive_bytes),
+            manifest=self.manifest.to_document(),
+            left_out=[item.to_document() for item in self.left_out],
+        )
 
 
 def export_session(

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, field
 
+from . import documents as docs
 from . import frames as zframes
 from .durable import ensure_session_dir
 from .errors import Partial, UsageError
@@ -24,6 +25,7 @@ from .generations import canonical_name
 from .layout import encode_segment, project_dir_name
 from .progress import SILENT, Progress
 from .records import dumps_record, encode_header
+from .results import SCHEMA_VERSION, Documented
 from .writer import Body, publish
 
 FIXTURE_EPOCH_MS = 1767225600000  # 2026-01-01T00:00:00Z
@@ -402,8 +404,8 @@ def write_spec_as(spec: SessionSpec, root: Path, version: int, *, encoding: str 
 # -- whole roots ----------------------------------------------------------------------------
 
 
-class FixtureSummary(Struct):
-    """What ``generate`` wrote; ``to_json`` is the ``fixture --json`` document."""
+class FixtureSummary(Documented, Struct):
+    """What ``generate`` wrote; ``to_document`` is the ``fixture --json`` document."""
 
     root: Path
     sessions: int
@@ -422,19 +424,20 @@ class FixtureSummary(Struct):
         """A fixture is written whole or the command fails."""
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": str(self.root.absolute()),
-            "sessions": self.sessions,
-            "perDepth": {str(d): n for d, n in sorted(self.per_depth.items())},
-            "topLevel": self.top_level,
-            "forks": self.forks,
-            "legacyForks": self.legacy_forks,
-            "oldGeneration": self.old_generation,
-            "openTurns": self.open_turns,
-            "tornTails": self.torn_tails,
-            **({} if self.registry is None else {"registry": str(self.registry.absolute())}),
-        }
+    def to_document(self) -> docs.FixtureDocument:
+        return docs.FixtureDocument(
+            schema_version=SCHEMA_VERSION,
+            root=str(self.root.absolute()),
+            sessions=self.sessions,
+            per_depth={str(d): n for d, n in sorted(self.per_depth.items())},
+            top_level=self.top_level,
+            forks=self.forks,
+            legacy_forks=self.legacy_forks,
+            old_generation=self.old_generation,
+            open_turns=self.open_turns,
+            torn_tails=self.torn_tails,
+            registry=UNSET if self.registry is None else str(self.registry.absolute()),
+        )
 
 
 def planted_phrase(top: int, path: str, turn: int) -> str:

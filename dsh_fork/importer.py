@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from msgspec import Struct, field
 
 from . import appending, bundle, durable, seeded, tarstream, writer
+from . import documents as docs
 from . import frames as zframes
 from .bundle import BundleSession, CheckedLog, Manifest, Member, Role
 from .catalog import fact_from_descriptor
@@ -52,6 +53,7 @@ from .model import Facts
 from .progress import SILENT, Progress
 from .reader import read_header, stable_read
 from .records import encode_header, parse_header
+from .results import SCHEMA_VERSION, Documented
 from .sessionlog import SessionLog
 from .tarstream import Compression, Source
 from .workspace import rebase_cwd
@@ -65,7 +67,7 @@ _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
 TEMP_SUFFIX = ".dsh-fork.tmp"
 
 
-class ImportItem(Struct):
+class ImportItem(Documented, Struct):
     """One session of the bundle and what the import does with it."""
 
     source: str
@@ -81,22 +83,22 @@ class ImportItem(Struct):
     workspace: WorkspaceJoin | None = None
     """The workspace it joined, or why none; None when it was not imported."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "id": self.id,
-            "role": self.role,
-            "parentSession": self.parent_session,
-            "cwd": self.cwd,
-            "path": str(self.path),
-            "status": self.status,
-            "reason": self.reason,
-            "catalogued": self.catalogued,
-            "workspace": None if self.workspace is None else self.workspace.to_json(),
-        }
+    def to_document(self) -> docs.ImportedSession:
+        return docs.ImportedSession(
+            source=self.source,
+            id=self.id,
+            role=self.role,
+            parent_session=self.parent_session,
+            cwd=self.cwd,
+            path=str(self.path),
+            status=self.status,
+            reason=self.reason,
+            catalogued=self.catalogued,
+            workspace=None if self.workspace is None else self.workspace.to_document(),
+        )
 
 
-class ImportResult(Struct):
+class ImportResult(Documented, Struct):
     archive: Path
     root: Path
     top: str
@@ -110,17 +112,18 @@ class ImportResult(Struct):
     def count(self, status: Status) -> int:
         return sum(1 for item in self.items if item.status == status)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "archive": str(self.archive),
-            "root": str(self.root),
-            "top": self.top,
-            "newIds": self.new_ids,
-            "cwd": self.cwd,
-            "dryRun": self.dry_run,
-            "bytes": self.total_bytes,
-            "sessions": [item.to_json() for item in self.items],
-        }
+    def to_document(self) -> docs.ImportDocument:
+        return docs.ImportDocument(
+            schema_version=SCHEMA_VERSION,
+            archive=str(self.archive),
+            root=str(self.root),
+            top=self.top,
+            new_ids=self.new_ids,
+            cwd=self.cwd,
+            dry_run=self.dry_run,
+            bytes=self.total_bytes,
+            sessions=[item.to_document() for item in self.items],
+        )
 
     def partial(self) -> Partial | None:
         """PARTIAL when a subagent had to be left out (``new_ids``: no catalog fact for it)."""

@@ -343,7 +343,7 @@ class InspectReport(Documented, Struct):
             preset=facts.preset,
             model=docs.ModelChoice(provider, model),
             pending_inbox=self.pending_inbox(),
-            findings=[f.to_json() for f in self.findings],
+            findings=[f.to_document() for f in self.findings],
             counts=docs.Counts(**counts(self.findings)),
             event_list=UNSET if self.event_lines is None else rows(self.event_lines, _same),
             turn_list=UNSET if self.turn_list is None else rows(self.turn_list, _turn),

@@ -37,6 +37,8 @@ class Result(Protocol):
 
     def partial(self) -> Partial | None: ...
 
+    def to_document(self) -> msgspec.Struct: ...
+
     def to_json(self) -> dict[str, Any]: ...
 
 
@@ -83,13 +85,7 @@ def document_of(
     """
     token = _ROWS_TO_WRITE.set(rows_to_write)
     try:
-        if getattr(type(result), "to_document", Documented.to_document) is Documented.to_document:
-            version = getattr(result, "schema_version", SCHEMA_VERSION)  # TRANSITION
-            legacy: Any = {"schemaVersion": version, **result.to_json()}
-            if partial is not None:
-                legacy["error"] = partial.to_json()
-            return cast(msgspec.Struct, legacy)
-        out = cast(Documented, result).to_document()
+        out = result.to_document()
     finally:
         _ROWS_TO_WRITE.reset(token)
     if partial is not None:

@@ -43,6 +43,7 @@ from .records import (
     nonneg_int,
     safe_int,
 )
+from .results import Documented
 from .sessionlog import SessionLog
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ FINDINGS_PER_CODE = 50
 """Findings kept per code and session; the rest are counted in one summary finding."""
 
 
-class Finding(Struct, frozen=True):
+class Finding(Documented, Struct, frozen=True):
     """One checklist result; ``seq`` names the event it is about, when there is one."""
 
     severity: Severity
@@ -168,15 +169,11 @@ class Finding(Struct, frozen=True):
     message: str
     seq: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "severity": self.severity,
-            "code": self.code,
-            "message": self.message,
-        }
-        if self.seq is not None:
-            out["seq"] = self.seq
-        return out
+    def to_document(self) -> documents.LogFinding:
+        from . import documents
+
+        seq = UNSET if self.seq is None else self.seq
+        return documents.LogFinding(self.severity, self.code, self.message, seq)
 
 
 def counts(findings: Iterable[Finding]) -> dict[str, int]:
