@@ -10,14 +10,16 @@ The archive is compressed when its name says so (``.tar.gz``/``.tgz``, ``.tar.xz
 ``.tar.bz2``/``.tbz2``, ``.tar.zst``/``.tzst``); reading detects the compression from the
 content. Everything wrong with a bundle's content (truncated, tampered, a member that is not a
 regular file, a manifest that does not match the logs) is ``CORRUPT_LOG``; a manifest of a newer
-schema is ``UNSUPPORTED_FORMAT``. Reading is streamed, one member at a time, so memory stays
-bounded by the largest log, as it is for every other command.
+schema is ``UNSUPPORTED_FORMAT``. Reading is streamed, one member at a time; a log above
+``HELD_BYTES`` goes into an unnamed spool file and is checked from it in windows, as a large
+log of a root is read, so memory stays bounded whatever the logs weigh.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -35,6 +37,7 @@ from .model import Facts
 from .reader import header_line
 from .records import Header, parse_header
 from .sessionlog import FramedLog
+from .source import FileBytes, identity_of, stale
 from .tarstream import Compression, Entry, Source, TarReader
 
 MANIFEST_NAME = "manifest.json"
@@ -364,11 +367,33 @@ def new_manifest(top: str, forks: bool, created_at: int, sessions: list[BundleSe
 # -- reading an archive -------------------------------------------------------------------------
 
 
+HELD_BYTES = 4 * 1024 * 1024
+"""A member up to this size is held in memory; a larger one goes into an unnamed spool file
+(``spool``) and is read from it in windows, as a large log of the root is: memory stays
+bounded whatever a bundle's logs weigh."""
+
+Spool = Callable[[], int]
+"""Makes an unnamed file, open for reading and writing, to hold one large member."""
+
+
+class SpoolBytes(FileBytes):
+    """A member in an unnamed spool file, read on demand. Nothing else names the file, so a
+    copy of its frames (``FileRun``) is checked by the file's size alone."""
+
+    def check(self) -> None:
+        if os.fstat(self.fd).st_size != len(self):
+            raise stale(self.path)
+
+
+MemberData = bytes | SpoolBytes
+
+
 class Member(Struct):
-    """One verified log of a bundle: its manifest entry and its bytes."""
+    """One verified log of a bundle: its manifest entry and its bytes (held, or in a spool
+    file read on demand)."""
 
     session: BundleSession
-    data: bytes
+    data: MemberData
 
 
 def read_manifest(source: Source, compression: Compression | None = None) -> Manifest:
@@ -379,14 +404,19 @@ def read_manifest(source: Source, compression: Compression | None = None) -> Man
 
 
 def members(
-    source: Source, manifest: Manifest | None = None, compression: Compression | None = None
+    source: Source,
+    manifest: Manifest | None = None,
+    compression: Compression | None = None,
+    spool: Spool | None = None,
 ) -> Iterator[Member]:
     """Every log of the bundle in archive order, each checked against the manifest (size,
     sha256, then the log itself: a complete v4 log whose header names the listed id, cwd and
     parent). Anything the manifest does not list, a member that is not a regular file, a name
     given twice, a missing member, a truncated archive and more than padding after the
     archive's end are ``CORRUPT_LOG``. Every read is bounded (``tarstream``): a member is read
-    only after its size matched the manifest's, and the manifest's sizes fit the archive."""
+    only after its size matched the manifest's, and the manifest's sizes fit the archive.
+    A member above ``HELD_BYTES`` is written into a file ``spool`` makes (held in memory
+    without one), valid until the next member is asked for."""
     where = source.name
     source.rewind()
     tar = TarReader(tarstream.decompressing(source.raw(), compression), where)
@@ -410,7 +440,12 @@ def members(
         if order[position] != entry.name:
             raise _bad(where, f"{entry.name} is out of order")
         position += 1
-        yield Member(session, _member_bytes(tar, entry, session, where))
+        data = _member_bytes(tar, entry, session, where, spool)
+        try:
+            yield Member(session, data)
+        finally:
+            if isinstance(data, SpoolBytes):
+                data.close()
     if position != len(order):
         raise _bad(where, f"{order[position]} is missing (the archive ends before it)")
     tar.finish()
@@ -430,16 +465,36 @@ def _check_sizes(manifest: Manifest, source: Source, where: str) -> None:
         )
 
 
-def _member_bytes(tar: TarReader, entry: Entry, session: BundleSession, where: str) -> bytes:
+def _member_bytes(
+    tar: TarReader, entry: Entry, session: BundleSession, where: str, spool: Spool | None
+) -> MemberData:
+    """The member's bytes, their sha256 held to the manifest's: held, or (large, with a
+    ``spool``) written into an unnamed file and read from it on demand."""
     if entry.size != session.size:
         raise _bad(where, f"{entry.name}: {entry.size} bytes, the manifest says {session.size}")
     digest = hashlib.sha256()
-    chunks: list[bytes] = []
-    for chunk in tar.content(entry):
-        digest.update(chunk)
-        chunks.append(chunk)
-    data = b"".join(chunks)
+    if spool is None or entry.size <= HELD_BYTES:
+        chunks: list[bytes] = []
+        for chunk in tar.content(entry):
+            digest.update(chunk)
+            chunks.append(chunk)
+        data: MemberData = b"".join(chunks)
+    else:
+        fd = spool()
+        try:
+            for chunk in tar.content(entry):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+            identity = identity_of(os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        data = SpoolBytes(fd, Path(f"{where}:{entry.name}"), identity)
     if digest.hexdigest() != session.sha256:
+        if isinstance(data, FileBytes):
+            data.close()
         raise _bad(where, f"{entry.name}: sha256 differs from the manifest (tampered or damaged)")
     return data
 
@@ -491,7 +546,7 @@ def check_log(member: Member, where: str) -> CheckedLog:
     label = f"{where}:{session.member}"
     data = member.data
     try:
-        scan = zframes.scan(data)
+        scan = zframes.scan_file(data) if isinstance(data, SpoolBytes) else zframes.scan(data)
         if not scan.frames or scan.torn_start is not None:
             raise CorruptLog(f"{label}: ends in a torn frame")
         header = parse_header(
@@ -499,15 +554,17 @@ def check_log(member: Member, where: str) -> CheckedLog:
         )
         generation = Generation(Path(label), SUPPORTED_VERSION, "zstd")
         identity = (0, 0, len(data), 0, 0)
+        held = b"" if isinstance(data, SpoolBytes) else data
         log = FramedLog(
             generation,
-            data,
+            held,
             identity,
             header,
             scan.frames[0].end,
             scan.frames[1:],
             None,
             wanted=FACT_TYPES,
+            source=data if isinstance(data, SpoolBytes) else None,
         )
         log.build_index()
         seq = log.event_count
@@ -547,3 +604,12 @@ def check_kind(session: BundleSession, log: CheckedLog, parent: Facts | None, wh
 
 def digest_of(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def pieces_of(data: MemberData, start: int = 0) -> Iterator[bytes | memoryview]:
+    """Bytes ``start..`` of a member in pieces of at most ``PIECE_BYTES`` (a held member is
+    sliced, a spooled one read a piece at a time)."""
+    end = len(data)
+    for pos in range(start, end, tarstream.PIECE_BYTES):
+        stop = min(end, pos + tarstream.PIECE_BYTES)
+        yield data.read(pos, stop) if isinstance(data, SpoolBytes) else memoryview(data)[pos:stop]

@@ -27,6 +27,7 @@ is the one the manifest lists). The second publishes each session atomically thr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import tempfile
@@ -45,16 +46,17 @@ from .catalog import fact_from_descriptor
 from .discovery import Root
 from .errors import CorruptLog, DshForkError, IoError, Partial, SessionAlreadyExists, UsageError
 from .fork import check_cwd
-from .fsdir import DirFd
+from .fsdir import DirFd, open_regular
 from .generations import CURRENT_NAME, SUPPORTED_VERSION, list_generations, select
 from .ids import ClockMs, now_ms
 from .layout import encode_segment, expand_home, project_dir_name, resolve_root
 from .model import Facts
 from .progress import SILENT, Progress
-from .reader import read_header, stable_read
+from .reader import read_header
 from .records import encode_header, parse_header
 from .results import SCHEMA_VERSION, Documented
 from .sessionlog import SessionLog
+from .source import FileRun
 from .tarstream import Compression, Source
 from .workspace import rebase_cwd
 
@@ -208,6 +210,20 @@ def _spool(stream: Source, root: Path | None) -> Source:
     return Source(fd, stream.name, size, owned=True)
 
 
+def _member_spool(root: Path, dry_run: bool) -> bundle.Spool:
+    """Where a large log of the bundle is held while it is checked and published
+    (``bundle.members``): an unnamed file of the root, whose disk holds what the import
+    writes; of the temp dir for a dry run (it writes nothing in the root) and while the root
+    does not exist yet (it is made only once everything is verified)."""
+
+    def make() -> int:
+        if not dry_run and os.path.isdir(root):
+            return _unnamed_in(root)
+        return _unnamed_temp()
+
+    return make
+
+
 def _unnamed_in(root: Path) -> int:
     try:
         folder = DirFd.open(root, root)
@@ -246,7 +262,8 @@ def _import(
     workspace: bool,
 ) -> ImportResult:
     manifest = bundle.read_manifest(source, compression)
-    checked = _verify(source, compression, manifest, cwd if not new_ids else None)
+    spool = _member_spool(root.path, dry_run)
+    checked = _verify(source, compression, manifest, cwd if not new_ids else None, spool)
     root.require_writable()
     result = _plan(root, archive, manifest, checked, new_ids=new_ids, cwd=cwd, dry_run=dry_run)
     result.warnings += [
@@ -255,7 +272,7 @@ def _import(
         if s.lock_held
     ]
     if not dry_run:
-        _publish_all(root, source, compression, manifest, checked, result, clock)
+        _publish_all(root, source, compression, manifest, checked, result, clock, spool)
         if new_ids:
             _catalogue(root, result, checked, clock)
     _join_workspaces(root, manifest, result, workspace, clock)
@@ -287,12 +304,16 @@ def _join_workspaces(
 
 
 def _verify(
-    source: Source, compression: Compression | None, manifest: Manifest, cwd: str | None
+    source: Source,
+    compression: Compression | None,
+    manifest: Manifest,
+    cwd: str | None,
+    spool: bundle.Spool,
 ) -> dict[str, _Checked]:
     """Every member checked before anything is written; a bad one stops the import here."""
     checked: dict[str, _Checked] = {}
     top_cwd = manifest.sessions[0].cwd
-    for member in bundle.members(source, manifest, compression):
+    for member in bundle.members(source, manifest, compression, spool):
         log = bundle.check_log(member, source.name)
         above = checked.get(member.session.parent_session or "")
         parent = above.facts if above is not None and member.session.role != "top" else None
@@ -300,7 +321,7 @@ def _verify(
         item = _checked(member.session, log)
         if cwd is not None:  # same ids: only the header changes, so the result is known now
             moved = _moved(member.session.cwd, top_cwd, cwd)
-            item.expected_sha = bundle.digest_of(_same_id_bytes(member, log, moved))
+            item.expected_sha = _same_id_digest(member, log, moved)
         else:
             item.expected_sha = member.session.sha256
         checked[member.session.id] = item
@@ -419,8 +440,7 @@ def _is_ours(item: ImportItem, checked: _Checked, new_ids: bool) -> bool:
         return False
     try:
         if not new_ids:
-            data, _ = stable_read(item.path)
-            return bundle.digest_of(data) == checked.expected_sha
+            return _file_digest(item.path) == checked.expected_sha
         header = read_header(generation)
     except (DshForkError, OSError):
         return False
@@ -443,12 +463,13 @@ def _publish_all(
     checked: dict[str, _Checked],
     result: ImportResult,
     clock: ClockMs,
+    spool: bundle.Spool,
 ) -> None:
     items = {item.source: item for item in result.items}
     depths: dict[str, int] = {}
     progress = root.progress or SILENT
     progress.stage("sessions imported", sum(1 for i in result.items if i.status == "planned"))
-    for member in bundle.members(source, manifest, compression):
+    for member in bundle.members(source, manifest, compression, spool):
         item = items[member.session.id]
         check = checked[member.session.id]
         if result.new_ids:
@@ -466,12 +487,37 @@ def _publish_all(
         progress.advance()
 
 
-def _same_id_bytes(member: Member, log: CheckedLog, cwd: str | None) -> bytes:
-    """The log as this import writes it under its own id: unchanged, or with only the
-    header's cwd replaced (the events stay byte for byte)."""
+def _same_id_digest(member: Member, log: CheckedLog, cwd: str | None) -> str:
+    """The sha256 of the log as this import writes it under its own id: unchanged, or with
+    only the header's cwd replaced (the events stay byte for byte)."""
     if cwd == member.session.cwd:
-        return member.data
-    return zframes.encode(_moved_header(log.header.raw, cwd)) + member.data[log.header_end :]
+        return member.session.sha256
+    digest = hashlib.sha256(zframes.encode(_moved_header(log.header.raw, cwd)))
+    for piece in bundle.pieces_of(member.data, log.header_end):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+def _body(data: bundle.MemberData, start: int) -> list[bytes | memoryview | FileRun]:
+    """The member's frames from ``start`` on, written as they are: a view of a held member,
+    or a run of its spool file copied file to file."""
+    if start >= len(data):
+        return []
+    if isinstance(data, bundle.SpoolBytes):
+        return [FileRun(data, start, len(data))]
+    return [memoryview(data)[start:]]
+
+
+def _file_digest(path: Path) -> str:
+    """The sha256 of a published log, read in pieces (never held whole)."""
+    fd = open_regular(path)
+    try:
+        digest = hashlib.sha256()
+        while piece := os.read(fd, tarstream.PIECE_BYTES):
+            digest.update(piece)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def _moved_header(raw: bytes, cwd: str | None) -> bytes:
@@ -491,8 +537,8 @@ def _moved_header(raw: bytes, cwd: str | None) -> bytes:
 def _write_same_id(root: Root, item: ImportItem, member: Member, check: _Checked) -> None:
     data = member.data
     end = check.header_frame_end
-    header_frame = data[:end]
-    header_line = zframes.decode(data, zframes.scan(data, limit=1).frames[0])
+    header_frame = bytes(next(bundle.pieces_of(data))[:end])  # a header frame is small
+    header_line = zframes.decode(header_frame, zframes.scan(header_frame, limit=1).frames[0])
     if item.cwd != member.session.cwd:
         header_line = _moved_header(header_line[:-1], item.cwd)
         header_frame = zframes.encode(header_line)
@@ -501,13 +547,12 @@ def _write_same_id(root: Root, item: ImportItem, member: Member, check: _Checked
             root,
             item,
             header_line,
-            writer.Body(frames=[data[end:]] if len(data) > end else []),
+            writer.Body(frames=_body(data, end)),
             header_frame,
         ),
         keep_lock=False,
     )
-    written, _ = stable_read(published.path)
-    if bundle.digest_of(written) != check.expected_sha:
+    if _file_digest(published.path) != check.expected_sha:
         raise CorruptLog(f"{published.path}: the published log differs from the bundle")
 
 
@@ -538,13 +583,12 @@ def write_seeded_copy(
         marker_time=created_at if check.last_time is None else check.last_time,
         own=own,
     )
-    body = member.data[check.header_frame_end :]
     writer.publish_draft(
         _draft(
             root,
             item,
             plan.header_line(),
-            writer.Body(frames=[body] if body else [], tail=plan.own_lines()),
+            writer.Body(frames=_body(member.data, check.header_frame_end), tail=plan.own_lines()),
         ),
         keep_lock=False,
     )

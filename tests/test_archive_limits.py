@@ -279,3 +279,33 @@ def test_a_member_given_fewer_bytes_than_its_size_is_a_defect() -> None:
     writer = TarWriter(io.BytesIO(), "zst")
     with pytest.raises(ValueError, match="10 bytes"):
         writer.add_pieces("log", 10, iter([b"12345"]), 0, stored=True)
+
+
+def test_a_log_larger_than_the_memory_budget_is_exported_and_imported_in_pieces(
+    tmp_path: Path,
+) -> None:
+    """A log of 128 MiB of incompressible text goes out and back in under the address-space
+    cap: export copies it through one buffer, import checks and publishes it from a spool
+    file read in windows. Holding it whole once fails here."""
+    from test_fork_memory import SRC, large_source
+
+    from dsh_fork.fixtures import Clock
+
+    root = tmp_path / "a" / "sessions"
+    path, events, _ = large_source(root, Clock(), 128)
+    archive = tmp_path / "large.tar.zst"
+    target = tmp_path / "b" / "sessions"
+    target.mkdir(parents=True)
+
+    exported = limited("--root", root, "export", SRC, "-o", archive)
+    imported = limited("--root", target, "import", archive)
+
+    assert exported[0] == 0, exported[1]
+    assert imported[0] == 0, imported[1]
+    assert max(exported[2], imported[2]) <= PEAK_LIMIT_MB, (exported[2], imported[2])
+    copy = target / path.parent.parent.name / path.parent.name / path.name
+    assert copy.stat().st_size == path.stat().st_size
+    with path.open("rb") as a, copy.open("rb") as b:
+        while piece := a.read(MIB):
+            assert b.read(MIB) == piece
+    assert events > 0

@@ -960,3 +960,26 @@ def test_a_bundled_log_is_held_to_what_dsh_reads(frames: list[bytes], defect: st
     with pytest.raises(CorruptLog) as caught:
         bundle.check_log(member, "a.tar")
     assert caught.value.message.startswith("a.tar: ")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"new_ids": True}, {"cwd": "/srv/moved"}, {"new_ids": True, "cwd": "/srv/moved"}],
+    ids=["same ids", "new ids", "moved", "new ids moved"],
+)
+def test_a_log_spooled_to_a_file_imports_as_a_log_held_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    """A large bundled log is held in an unnamed spool file, not in memory
+    (``bundle.HELD_BYTES``): with every log spooled the import writes the same tree."""
+    root = tmp_path / "a" / "sessions"
+    archive = export(root, family(root), tmp_path / "f.tar.zst")
+    held, spooled = tmp_path / "held" / "sessions", tmp_path / "spooled" / "sessions"
+
+    import_bundle(str(archive), str(held), clock=lambda: NOW, **options)
+    monkeypatch.setattr(bundle, "HELD_BYTES", 0)
+    import_bundle(str(archive), str(spooled), clock=lambda: NOW, **options)
+
+    assert tree_digest(spooled) == tree_digest(held)
+    assert len(logs(spooled)) == 7
+    doctor_ok(spooled)
