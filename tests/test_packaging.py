@@ -6,14 +6,22 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from dsh_fork.cli.manpage import render
 
 TOP = Path(__file__).resolve().parent.parent
 
 
+MAN_STALE = "docs/dsh-fork.1 is not the help as it is now: run `make man` and commit the page"
+
+
 def test_the_man_page_is_the_help_as_it_is_now() -> None:
+    """Fails on any help change until the page is remade; says so in one line (the page's
+    diff would bury the command under hundreds of lines)."""
     page = TOP / "docs" / "dsh-fork.1"
-    assert page.read_text(encoding="utf-8") == render(), "run `make man` after a help change"
+    if page.read_text(encoding="utf-8") != render():
+        pytest.fail(MAN_STALE, pytrace=False)
 
 
 def test_the_man_page_has_every_command_and_the_exit_codes() -> None:
