@@ -76,23 +76,16 @@ def checked_run(
     known; under ``CHECK_MIN_BYTES`` no line can be beyond the record budget, and the lengths
     are not looked at (a pass over every line: a tenth of the check's cost on small events).
     """
-    # msgspec's nesting bound is the interpreter's recursion limit, orjson's 1024 levels: only
-    # under a limit below that is every line msgspec accepts one orjson accepts too.
-    decode, refused = fast_form() if len(lines) >= FAST_MIN_LINES else (None, ())
-    if decode is not None and lines and sys.getrecursionlimit() <= _ORJSON_MAX_DEPTH:
-        try:
-            envelopes = list(map(decode, lines))
-        except refused:
-            pass
-        else:
-            large = size is None or size >= CHECK_MIN_BYTES
-            if large and max(map(len, lines)) >= CHECK_MIN_BYTES and any(map(line_problem, lines)):
-                return None  # beyond the budget: records.parse_event names it
-            first = envelopes[0].seq
-            if list(map(_seq, envelopes)) == list(range(first, first + len(lines))):
-                if wanted.isdisjoint(map(_type, envelopes)):
-                    return first, []
-                return first, [k for k, e in enumerate(envelopes) if e.type in wanted]
+    envelopes = _fast_envelopes(lines)
+    if envelopes is not None:
+        large = size is None or size >= CHECK_MIN_BYTES
+        if large and max(map(len, lines)) >= CHECK_MIN_BYTES and any(map(line_problem, lines)):
+            return None  # beyond the budget: records.parse_event names it
+        first = envelopes[0].seq
+        if _dense(envelopes, first):
+            if wanted.isdisjoint(map(_type, envelopes)):
+                return first, []
+            return first, [k for k, e in enumerate(envelopes) if e.type in wanted]
     # The slow path (lenient lines): each line's type as parse_event reads it, from the one
     # parse that checks it.
     checked = dense_run(lines)
@@ -106,14 +99,27 @@ def typed_run(lines: list[bytes]) -> tuple[int, list[str]] | None:
     """(first seq, each line's type) when every line is an envelope DSH accepts and the seqs
     are dense; None when one is not. ``checked_run`` with the types themselves, for a pass
     that needs where each type lies (``search`` counts turns and picks its candidates)."""
-    decode, refused = fast_form() if len(lines) >= FAST_MIN_LINES else (None, ())
-    if decode is not None and lines and sys.getrecursionlimit() <= _ORJSON_MAX_DEPTH:
-        try:
-            envelopes = list(map(decode, lines))
-        except refused:
-            pass
-        else:
-            first = envelopes[0].seq
-            if list(map(_seq, envelopes)) == list(range(first, first + len(lines))):
-                return first, list(map(_type, envelopes))
+    envelopes = _fast_envelopes(lines)
+    if envelopes is not None and _dense(envelopes, first := envelopes[0].seq):
+        return first, list(map(_type, envelopes))
     return dense_run(lines)
+
+
+def _fast_envelopes(lines: list[bytes]) -> list[_Envelope] | None:
+    """Each line's envelope by the fast form, or None where it does not apply (too few
+    lines, a line it refuses): the caller then takes the slow path.
+
+    msgspec's nesting bound is the interpreter's recursion limit, orjson's 1024 levels: only
+    under a limit below that is every line msgspec accepts one orjson accepts too."""
+    decode, refused = fast_form() if len(lines) >= FAST_MIN_LINES else (None, ())
+    if decode is None or not lines or sys.getrecursionlimit() > _ORJSON_MAX_DEPTH:
+        return None
+    try:
+        return list(map(decode, lines))
+    except refused:
+        return None
+
+
+def _dense(envelopes: list[_Envelope], first: int) -> bool:
+    """The envelopes' seqs run ``first``, ``first + 1``, ... without a gap."""
+    return list(map(_seq, envelopes)) == list(range(first, first + len(envelopes)))

@@ -78,6 +78,17 @@ def hand_over(fd: int, parent: int | str | Path) -> None:
         os.fchown(fd, st.st_uid, st.st_gid)
 
 
+def _handed_over(fd: int, parent: int) -> int:
+    """``fd``, a file just made in the dir ``parent``, after ``hand_over``; closed when that
+    fails, so no caller leaks it."""
+    try:
+        hand_over(fd, parent)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _is_link(name: str, dir_fd: int | None) -> bool:
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -182,11 +193,7 @@ class DirFd:
             raise
         st = regular_stat(fd, path)
         if flags & os.O_CREAT and st.st_uid == 0:  # made here by root (or root's already)
-            try:
-                hand_over(fd, self.fd)
-            except BaseException:
-                os.close(fd)
-                raise
+            _handed_over(fd, self.fd)
         return fd, st
 
     def create_file(self, name: str, mode: int = 0o600) -> int:
@@ -199,12 +206,7 @@ class DirFd:
         except OSError as exc:
             exc.filename = str(self.entry(name))
             raise
-        try:
-            hand_over(fd, self.fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return _handed_over(fd, self.fd)
 
     def create_unnamed(self, mode: int = 0o600) -> int | None:
         """A new file of this dir that has no name yet (``O_TMPFILE``): nothing of it is seen
@@ -220,12 +222,7 @@ class DirFd:
                 return None
             exc.filename = str(self.path)
             raise
-        try:
-            hand_over(fd, self.fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return _handed_over(fd, self.fd)
 
     def link_unnamed(self, fd: int, target: str) -> None:
         """Name the unnamed file ``fd`` as ``target`` of this dir: ``linkat`` through the

@@ -404,14 +404,11 @@ def _fold_small(plaintexts: list[bytes], fold: _Fold) -> bool:
     seq = 0
     checked: list[tuple[bytes, list[bytes], int, list[str]]] = []
     for plaintext in plaintexts:
-        if not plaintext or plaintext[-1] != 0x0A:
+        typed = _typed_frame(plaintext, seq)
+        if typed is None:
             return False
-        lines = plaintext[:-1].split(b"\n")
-        typed = typed_run(lines)
-        if typed is None or typed[0] != seq:
-            return False
-        checked.append((plaintext, lines, seq, typed[1]))
-        seq += len(lines)
+        checked.append((plaintext, *typed))
+        seq += len(typed[0])
     tokens = fold.tokens
     if tokens is not None:
         text = b"".join(plaintexts)
@@ -426,15 +423,24 @@ def _fold_small(plaintexts: list[bytes], fold: _Fold) -> bool:
 def _fold_frames(plaintexts: Iterable[bytes], fold: _Fold) -> bool:
     seq = 0
     for plaintext in plaintexts:
-        if not plaintext or plaintext[-1] != 0x0A:
+        typed = _typed_frame(plaintext, seq)
+        if typed is None:
             return False
-        lines = plaintext[:-1].split(b"\n")
-        typed = typed_run(lines)
-        if typed is None or typed[0] != seq:
-            return False
-        fold.frame(plaintext, lines, seq, typed[1])
-        seq += len(lines)
+        fold.frame(plaintext, *typed)
+        seq += len(typed[0])
     return True
+
+
+def _typed_frame(plaintext: bytes, seq: int) -> tuple[list[bytes], int, list[str]] | None:
+    """A frame's lines, its first seq and each line's type, when it holds whole envelope
+    lines numbered from ``seq`` on; None when not (the reader's pass then reads the log)."""
+    if not plaintext or plaintext[-1] != 0x0A:
+        return None
+    lines = plaintext[:-1].split(b"\n")
+    typed = typed_run(lines)
+    if typed is None or typed[0] != seq:
+        return None
+    return lines, seq, typed[1]
 
 
 def _full(log_: _Log, make: MakeFold) -> _Fold:

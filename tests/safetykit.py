@@ -10,8 +10,10 @@ suite in it; the crash harness calls it after every simulated and real crash.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,3 +472,42 @@ def original_lines(root: Path) -> dict[str, list[bytes]]:
         if generation is not None and entry.id is not None and generation.version == 4:
             out[entry.id] = complete_lines(generation.path)
     return out
+
+
+_PEAK = (  # the peak is written when main returns or exits
+    "import runpy, sys\n"
+    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
+    "def peak():\n"
+    "    with open('/proc/self/status') as status:\n"
+    "        kb = next(int(l.split()[1]) for l in status if l.startswith('VmHWM:'))\n"
+    "    sys.stderr.write(f'PEAK_RSS_KB={kb}\\n')\n"
+    "try:\n"
+    "    runpy.run_module('dsh_fork', run_name='__main__')\n"
+    "finally:\n"
+    "    peak()\n"
+)
+
+
+def peak_rss_run(
+    args: Sequence[str | Path],
+    *,
+    limit: Callable[[], None],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The CLI run in a child under ``limit`` (its ``preexec_fn``: an rlimit); (the run, its
+    peak RSS in MB). That is the image's own high-water mark (``VmHWM``): Linux starts
+    ``ru_maxrss`` at the size of the process the child was forked from, and a long test run
+    makes that the test process."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        preexec_fn=limit,
+    )
+    peaks = [line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB=")]
+    assert peaks, done.stderr
+    return done, int(peaks[-1].split("=")[1]) / 1024

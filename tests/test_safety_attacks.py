@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from conftest import log_events, log_header, run_cli, tree_digest
 from relinkkit import CWD, plugin_scenario
-from safetykit import count
+from safetykit import count, peak_rss_run
 from userkit import as_user, cli_as
 
 from dsh_fork import frames as zframes
@@ -364,32 +364,8 @@ def _limited(megabytes: int) -> Any:
 
 
 def _peak_rss_mb(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run the CLI in a child limited to 700 MB of address space; its peak RSS. That is the
-    image's own high-water mark (``VmHWM``): Linux starts ``ru_maxrss`` at the size of the
-    process the child was forked from, and a long test run makes that the test process."""
-    code = (  # the peak is written when main returns or exits
-        "import os, runpy, sys\n"
-        "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
-        "def peak():\n"
-        "    with open('/proc/self/status') as status:\n"
-        "        kb = next(int(l.split()[1]) for l in status if l.startswith('VmHWM:'))\n"
-        "    sys.stderr.write(f'PEAK_RSS_KB={kb}\\n')\n"
-        "try:\n"
-        "    runpy.run_module('dsh_fork', run_name='__main__')\n"
-        "finally:\n"
-        "    peak()\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        preexec_fn=_limited(700),
-    )
-    peak = [line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB=")]
-    assert peak, done.stderr
-    return done, int(peak[-1].split("=")[1]) / 1024
+    """Run the CLI in a child limited to 700 MB of address space; its peak RSS."""
+    return peak_rss_run(args, limit=_limited(700), timeout=TIMEOUT)
 
 
 MEMORY_BOUND_MB = 100

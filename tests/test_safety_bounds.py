@@ -12,7 +12,6 @@ import json
 import os
 import resource
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 import zstandard
 from conftest import run_cli
 from relinkkit import CWD, plugin_scenario
-from safetykit import count
+from safetykit import count, peak_rss_run
 
 from dsh_fork import budget
 from dsh_fork import frames as zframes
@@ -34,25 +33,6 @@ BUDGET_MB = 100
 TIMEOUT = 120
 MIB = 1 << 20
 
-_PEAK = (  # the peak is written when main returns or leaves at once (``os._exit``)
-    "import os, runpy, sys\n"
-    "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
-    "def peak():\n"
-    "    with open('/proc/self/status') as status:\n"
-    "        kb = next(int(l.split()[1]) for l in status if l.startswith('VmHWM:'))\n"
-    "    sys.stderr.write(f'PEAK_RSS_KB={kb}\\n')\n"
-    "leave = os._exit\n"
-    "def report(code):\n"
-    "    peak()\n"
-    "    sys.stderr.flush()\n"
-    "    leave(code)\n"
-    "os._exit = report\n"
-    "try:\n"
-    "    runpy.run_module('dsh_fork', run_name='__main__')\n"
-    "finally:\n"
-    "    peak()\n"
-)
-
 
 def _limit_data() -> None:
     limit = BUDGET_MB * MIB
@@ -63,18 +43,7 @@ def budgeted(*args: str | Path, home: Path) -> tuple[subprocess.CompletedProcess
     """The command line under the memory budget; (the run, its peak RSS in MB)."""
     env = {k: v for k, v in os.environ.items() if k != "DSH_HOME"}
     env["HOME"] = str(home)
-    done = subprocess.run(
-        [sys.executable, "-c", _PEAK, *map(str, args)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        preexec_fn=_limit_data,
-    )
-    peaks = [line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB=")]
-    assert peaks, done.stderr
-    return done, int(peaks[-1].split("=")[1]) / 1024
+    return peak_rss_run(args, limit=_limit_data, timeout=TIMEOUT, env=env)
 
 
 def frame_of(pieces: int, piece: bytes) -> bytes:
