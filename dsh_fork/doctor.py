@@ -507,6 +507,8 @@ def doctor(
             unreadable.add(entry.dir_text)
         elif entry.id in asked and root.entry(entry.id) is entry:  # of a duplicated id, the
             kinds.learn(entry.id, _evidence(check))  # one the rule would read
+        if check.header is not None and entry.dir_text not in refused:
+            entry.header = check.header  # the log's own, just validated: not parsed again
         report.findings.extend(_session_findings(entry, check))
         touched = [entry]
         report.findings.extend(_lineage(root, entry, check, by_id, kinds, touched))
