@@ -53,12 +53,17 @@ RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
 class _Lineage(NamedTuple):
     """What lineage asks of a header line, read off its raw fields: ``id`` and ``parent``
     when they are strings, whether ``origin`` is ``subagent``, ``createdAt`` when it is a
-    plain integer (else the validated header decides)."""
+    plain integer (else the validated header decides). Taken from a validated header, it
+    also holds its ``delegationDepth`` and whether it is a fork child's: an entry returned
+    to its listed form (``forget``) answers them without validating its line again."""
 
     id: str | None
     parent: str | None
     subagent: bool
     created_at: int | None
+    depth: int | None = None
+    """The validated header's ``delegationDepth``; None when not taken from one."""
+    fork_child: bool = False
 
     @classmethod
     def of(cls, fields: dict[str, object] | None) -> _Lineage:
@@ -295,6 +300,8 @@ class SessionEntry:
             version, where = generation.version, str(generation.path)
         try:
             self._header = parse_header(line, version, where=where)
+            if self._lin is not None and self._lin.depth is None:
+                self._lin = None  # taken again from the validated header, with its depth
         except DshForkError as exc:
             self._error = exc
             self._raw_fields = _raw_value(line)  # what peek_fields would read from the line
@@ -358,7 +365,12 @@ class SessionEntry:
             header = self.header  # validated, or not listed from a line: header or raw fields
             if header is not None:
                 lineage = _Lineage(
-                    header.id, header.parent_session, header.origin == "subagent", header.created_at
+                    header.id,
+                    header.parent_session,
+                    header.origin == "subagent",
+                    header.created_at,
+                    header.delegation_depth,
+                    header.is_fork_child,
                 )
             else:
                 lineage = _Lineage.of(self.raw_fields)
@@ -377,6 +389,26 @@ class SessionEntry:
     def is_subagent(self) -> bool:
         lineage = self._lineage()
         return lineage.subagent and lineage.parent is not None
+
+    @property
+    def delegation_depth(self) -> int | None:
+        """The validated header's ``delegationDepth``, None when the header is refused; from
+        the lineage facts once the header has been validated (no second validation)."""
+        depth = self._lineage().depth
+        if depth is not None:
+            return depth
+        header = self.header
+        return None if header is None else header.delegation_depth
+
+    @property
+    def is_fork_child(self) -> bool:
+        """Whether the header validates and is a fork child's (seeded, with a parent, no
+        origin); from the lineage facts once the header has been validated."""
+        lineage = self._lineage()
+        if lineage.depth is not None:
+            return lineage.fork_child
+        header = self.header
+        return header is not None and header.is_fork_child
 
     @property
     def created_at(self) -> int:
@@ -738,8 +770,7 @@ class Root(Struct):
 
 
 def _is_fork_child(entry: SessionEntry) -> bool:
-    header = entry.header
-    return header is not None and header.is_fork_child
+    return entry.is_fork_child
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

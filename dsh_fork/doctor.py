@@ -322,18 +322,14 @@ def _lineage(
             add("warning", "ORPHAN", f"parentSession {parent_id} does not exist in this root")
         else:
             touched.append(parent)
-        if parent is not None and (
-            entry.is_subagent
-            and entry.header is not None
-            and parent.header is not None
-            and entry.header.delegation_depth != parent.header.delegation_depth + 1
-        ):
-            add(
-                "warning",
-                "DEPTH",
-                f"delegationDepth {entry.header.delegation_depth} is not the parent's "
-                f"{parent.header.delegation_depth} + 1",
-            )
+        if parent is not None and entry.is_subagent:
+            depth, above = entry.delegation_depth, parent.delegation_depth
+            if depth is not None and above is not None and depth != above + 1:
+                add(
+                    "warning",
+                    "DEPTH",
+                    f"delegationDepth {depth} is not the parent's {above} + 1",
+                )
         cycle = _cycle(entry, by_id)
         if cycle is not None:
             add("error", "CYCLE", f"lineage cycle: {' → '.join(cycle)}")
@@ -367,12 +363,13 @@ def _lineage(
         child = on_disk.get(child_id)
         if child is not None:
             created = data.get("childCreatedAt")
-            if child.header is not None and created != child.header.created_at:
+            # a header that validates (its depth is known) answers createdAt from its facts
+            if child.delegation_depth is not None and created != child.created_at:
                 add(
                     "warning",
                     "CATALOG_MISMATCH",
                     f"catalog childCreatedAt {created!r} differs from {child_id}'s createdAt "
-                    f"{child.header.created_at}",
+                    f"{child.created_at}",
                     seq,
                 )
             continue
