@@ -68,6 +68,22 @@ def test_the_completion_options_are_there_for_the_runs_that_use_them() -> None:
     assert "_DSH_FORK_COMPLETE=complete_" in script
 
 
+def test_a_command_run_leaves_the_completion_options_to_the_next_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that leaves them out does so for itself: the app's help that follows in the same
+    process lists them again."""
+    for argv in (["fork", "--help"], ["--help"]):
+        monkeypatch.setattr(sys, "argv", ["dsh-fork", *argv])
+        with pytest.raises(SystemExit) as exit:
+            app_module.main()
+        assert exit.value.code == 0
+    out = capsys.readouterr().out
+    fork_help, app_help = out.split("Usage: dsh-fork [OPTIONS] COMMAND")
+    assert "--install-completion" not in fork_help
+    assert "--install-completion" in app_help
+
+
 def test_app_imported_from_the_entry_module_has_every_command() -> None:
     names = {app_module._name_of(info) for info in app_module.app.registered_commands}
     assert {"doctor", "fixture", "fork", "inspect", "list-agents", "relink"} <= names

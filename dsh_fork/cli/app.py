@@ -52,12 +52,13 @@ def main() -> None:
         return
     from . import base
 
-    if os.environ.get(_COMPLETION_VAR) or not _register_only(args):
+    every = bool(os.environ.get(_COMPLETION_VAR)) or not _register_only(args)
+    if every:
         _register_all()
-    elif not any(arg.startswith(_COMPLETION_OPTIONS) for arg in args):
-        # typer builds its two completion options (a signature read of their own) on every
-        # run; only the app's help and a run that names them use them.
-        base.app._add_completion = False
+    # typer builds its two completion options (a signature read of their own) on every run;
+    # only the app's help, shell completion and a run that names them use them.
+    named = any(arg.startswith(_COMPLETION_OPTIONS) for arg in args)
+    base.app._add_completion = every or named
     base.app(prog_name="dsh-fork")
 
 
