@@ -27,6 +27,7 @@ CASES = (
     "fork at a middle turn, 0.2 MB log",
     "inspect, 0.2 MB log",
     "export, 0.2 MB log",
+    "import, 0.2 MB log",
     "relink, 20 agents, quiet disk",
     "relink, 20 agents, busy disk",
     "list, 200 sessions",

@@ -395,6 +395,41 @@ def exports(bench: Bench) -> list[Row]:
     return [against_floor(bench, case, runs, "read floor + tar", 1.0)]
 
 
+def imports(bench: Bench) -> list[Row]:
+    """import of the large session's export into an empty root (its dir: one log) against the
+    read floor of its log plus ``cp`` of it, whole runs; reported (no goal). The archive is
+    made outside the timed runs, and the root emptied again after each run."""
+    mbytes = max(LOG_MB[bench.profile][:2])
+    big = big_log(bench, mbytes)
+    case = f"import, {size_name(mbytes)} log"
+    log(f"{case} …")
+    base = bench.base / "import-case"
+    archive = base / "family.tar.zst"
+    if not archive.exists():
+        base.mkdir(exist_ok=True)
+        subprocess.run(
+            bench.dsh(big.root, "export", big.session_id, "-o", str(archive)),
+            check=True,
+            capture_output=True,
+        )
+    into = base / "into" / "sessions"
+    copies = base / "cp"
+
+    def fresh() -> None:
+        for path in (into.parent, copies):
+            shutil.rmtree(path, ignore_errors=True)
+        into.mkdir(parents=True)
+        copies.mkdir()
+
+    fresh()
+    floor = " ".join(map(shlex.quote, bench.floor(big.log)))
+    floor_argv = ["/bin/sh", "-c", f"{floor} && cp {shlex.quote(str(big.log))} {copies}/"]
+    runs = bench.rounds(
+        [lambda i: bench.dsh(into, "import", str(archive)), same(floor_argv)], between=fresh
+    )
+    return [against_floor(bench, case, runs, "read floor + cp", None)]
+
+
 def relinks(bench: Bench) -> list[Row]:
     """relink of a fork child onto N small subagents, on a quiet disk and with another process
     keeping the disk busy; every run on its own copy of the root, prepared in advance."""
@@ -572,6 +607,7 @@ CASES: tuple[Callable[[Bench], list[Row]], ...] = (
     forks,
     inspects,
     exports,
+    imports,
     relinks,
     listings,
     relinked,
