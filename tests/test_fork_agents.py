@@ -328,7 +328,7 @@ def test_fork_hands_relink_its_fork_point_and_never_re_reads_the_child(
 ) -> None:
     """The child just written is opened once, by the append of its catalog facts under its
     lock, and not at all when there is nothing to append."""
-    from dsh_fork import reader, relink, relinkplan, writer
+    from dsh_fork import appending, reader, relink, relinkplan
 
     opened: list[Path] = []
     real = reader.open_log
@@ -337,7 +337,7 @@ def test_fork_hands_relink_its_fork_point_and_never_re_reads_the_child(
         opened.append(generation.path)
         return real(generation, **options)
 
-    for module in (relink, relinkplan, writer):
+    for module in (appending, relink, relinkplan):
         monkeypatch.setattr(module, "open_log", spy)
     with_agents = generate(root / "a", sessions=1, agents=2, depth=1, turns=2, seed=1)
     without = generate(root / "b", sessions=1, agents=0, depth=0, turns=2, seed=2)
