@@ -18,7 +18,7 @@ from msgspec import Struct, field
 
 from .errors import DshForkError, IoError, SessionNotFound, UnsupportedFormat, UsageError
 from .frames import first_line
-from .fsdir import not_regular, open_regular
+from .fsdir import not_regular, open_regular_stat
 from .generations import (
     SETTLED_NS,
     SUPPORTED_VERSION,
@@ -984,9 +984,8 @@ def _read_small(path: str, max_bytes: int) -> tuple[bytes, bytes | None, int]:
     ``max_bytes`` is read whole, a larger one as ``read_header_line`` reads it. The header
     line comes from ``frames.first_line`` or, in any doubt, from ``read_header_line`` itself,
     which gives the verdict; then no whole log is offered."""
-    fd = open_regular(path)  # never through a link, never blocking on a FIFO
+    fd, stat = open_regular_stat(path)  # never through a link, never blocking on a FIFO
     try:
-        stat = os.fstat(fd)
         small = stat.st_size <= max_bytes
         data = os.read(fd, stat.st_size + 1 if small else HEADER_FIRST_READ)
     finally:

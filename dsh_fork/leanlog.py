@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from . import frames as zframes
 from .errors import DshForkError
-from .fsdir import open_regular
+from .fsdir import open_regular_stat
 from .logindex import summarizer
 from .model import Facts, derive
 from .records import Event, Header, parse_event
@@ -53,9 +53,8 @@ def glance(path: str, header: Header) -> Glance | None:
     if header.version < 2 or not path.endswith(".zstd"):
         return None
     try:
-        fd = open_regular(path)  # never through a link, never blocking on a FIFO
+        fd, stat = open_regular_stat(path)  # never through a link, never blocking on a FIFO
         try:
-            stat = os.fstat(fd)
             if stat.st_size > LEAN_MAX_BYTES:
                 return None
             data = os.read(fd, stat.st_size + 1)
