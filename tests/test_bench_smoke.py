@@ -31,6 +31,7 @@ CASES = (
     "relink, 20 agents, quiet disk",
     "relink, 20 agents, busy disk",
     "list, 200 sessions",
+    "list floor, 200 sessions",
     "doctor, 200 sessions",
     "list-agents, 200 sessions",
     "tree, 200 sessions",

@@ -176,6 +176,58 @@ FLOOR = (
     "  for path in (logs(arg) if os.path.isdir(arg) else [arg]): read(path)\n"
 )
 
+# The list floor: what a listing cannot skip beyond the read floor, in Python — each session
+# dir listed with the sizes of its files (a row's size), the log opened once and read whole,
+# every frame decompressed, the header validated into a Struct, each event line's envelope
+# checked, the lines a row is folded from (turns, title) parsed, one row per session with its
+# two ISO times, sorted, written as one JSON document. Argument: a sessions root.
+LIST_FLOOR = (
+    "import os,sys,time,msgspec,zstandard,orjson\n"
+    "class Envelope(msgspec.Struct,gc=False):\n"
+    "  type:str\n"
+    "  seq:int\n"
+    "class Header(msgspec.Struct,gc=False):\n"
+    "  id:str\n"
+    "  version:int\n"
+    "  createdAt:int\n"
+    "  cwd:str|None=None\n"
+    "  parentSession:str|None=None\n"
+    "  origin:str|None=None\n"
+    "check=msgspec.json.Decoder(Envelope).decode\n"
+    "header=msgspec.json.Decoder(Header).decode\n"
+    "dctx=zstandard.ZstdDecompressor()\n"
+    "ROW=('turn/end','session/title','subagent/descriptor')\n"
+    "def iso(ms):\n"
+    "  t=time.gmtime(ms//1000)\n"
+    "  return f'{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
+    "{t.tm_sec:02d}.{ms%1000:03d}Z'\n"
+    "rows=[]\n"
+    "for project in os.scandir(sys.argv[1]):\n"
+    "  for session in os.scandir(project.path):\n"
+    "    size=0\n"
+    "    with os.scandir(session.path) as it:\n"
+    "      for e in it:\n"
+    "        if e.is_file(follow_symlinks=False): size+=e.stat(follow_symlinks=False).st_size\n"
+    f"    log=os.path.join(session.path,{CURRENT_NAME!r})\n"
+    "    fd=os.open(log,os.O_RDONLY|os.O_NOFOLLOW|os.O_NONBLOCK)\n"
+    "    st=os.fstat(fd);data=os.read(fd,st.st_size+1);os.close(fd)\n"
+    "    plain=dctx.stream_reader(data,read_across_frames=True).readall()\n"
+    "    lines=plain.split(b'\\n');lines.pop()\n"
+    "    h=header(lines[0]);title=None;turns=0\n"
+    "    for line in lines[1:]:\n"
+    "      kind=check(line).type\n"
+    "      if kind in ROW:\n"
+    "        event=orjson.loads(line)\n"
+    "        if kind=='turn/end': turns+=1\n"
+    "        elif kind=='session/title': title=event['data'].get('title')\n"
+    "    ms=st.st_mtime_ns//1000000\n"
+    "    rows.append({'id':h.id,'project':project.name,'path':session.path,'cwd':h.cwd,"
+    "'parentSession':h.parentSession,'createdAt':h.createdAt,'createdAtIso':iso(h.createdAt),"
+    "'title':title,'turns':turns,'lastActivity':ms,'lastActivityIso':iso(ms),'bytes':size})\n"
+    "rows.sort(key=lambda r:(-r['lastActivity'],r['id']))\n"
+    "sys.stdout.buffer.write(orjson.dumps({'sessions':rows})+b'\\n')\n"
+)
+
 # The disk kept busy by another process: 4 MiB written and fsynced, over and over.
 DISK_HOG = (
     "import os,sys\n"
@@ -309,6 +361,10 @@ class Bench:
     def floor(self, *paths: Path) -> list[str]:
         """The read floor (``FLOOR``) of these logs or roots, as a command to run."""
         return [self.install.python, "-c", FLOOR, *map(str, paths)]
+
+    def list_floor(self, root: Path) -> list[str]:
+        """The list floor (``LIST_FLOOR``) of a root, as a command to run."""
+        return [self.install.python, "-c", LIST_FLOOR, str(root)]
 
     def pair(
         self,
