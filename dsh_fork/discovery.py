@@ -445,6 +445,8 @@ class Root(Struct):
     progress: Progress | None = None
     """Told of each session dir read by ``entries`` (the stage "sessions read")."""
     listed_at: int = 0
+    _walked: list[str] | None = None
+    """The candidate dirs of the listing's walk, in order (``listed_candidates``)."""
     """When ``entries`` began to list the root (``time.time_ns``), 0 before: a dir that has
     not changed since ``SETTLED_NS`` before then still holds the names listed
     (``generations.unchanged_since``)."""
@@ -519,6 +521,14 @@ class Root(Struct):
             if isinstance(job, str):
                 yield job
 
+    def listed_candidates(self) -> list[str]:
+        """``candidate_texts`` as the root's listing found them (listing it first if need
+        be): a pass over the listed dirs and those that held no session (doctor's root
+        rules) goes through them in order without walking the root again."""
+        self.entries()
+        assert self._walked is not None
+        return self._walked
+
     def walk(self) -> Iterator[str | SessionEntry]:
         """``_walk``: for a pass that reads each session dir itself (``search``)."""
         return self._walk()
@@ -564,6 +574,7 @@ class Root(Struct):
         if self._entries is None:
             self.listed_at = time.time_ns()
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
+            self._walked = [job for job in jobs if isinstance(job, str)]
             found: list[SessionEntry] = []
             unlisted: list[SessionEntry] = []
             progress = self.progress or SILENT
@@ -761,6 +772,7 @@ class Root(Struct):
 
     def invalidate(self) -> None:
         self._entries = None
+        self._walked = None
         self._texts = None
         self._seen.clear()
         self._unlisted = []

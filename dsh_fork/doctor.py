@@ -141,8 +141,14 @@ def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
             f"the root mixes encodings: {zstd} .jsonl.zstd and {len(plain)} .jsonl generation "
             f"files ({shown}{more}); DSH refuses a mixed root and dsh-fork will not write to it",
         )
-    for project in root.project_dirs():
-        for name in _files(project):
+    cannot_list: list[tuple[Path, OSError]] = []
+    for project in root.project_dirs():  # each listed once, for flat files and whether it can be
+        try:
+            names = _files(project, strict=True)
+        except OSError as exc:
+            cannot_list.append((project, exc))
+            continue
+        for name in names:
             if name.endswith(FLAT_SUFFIXES):
                 path = project / name
                 add(
@@ -194,20 +200,17 @@ def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
                 session=_label(entry),
                 path=log_path,
             )
-    for project in root.project_dirs():
-        try:
-            os.scandir(project).close()
-        except OSError as exc:
-            add(
-                "error",
-                "UNREADABLE",
-                f"cannot list the project dir {project}: {exc.strerror}; its sessions are not "
-                "checked",
-                path=str(project),
-            )
+    for project, error in cannot_list:
+        add(
+            "error",
+            "UNREADABLE",
+            f"cannot list the project dir {project}: {error.strerror}; its sessions are not "
+            "checked",
+            path=str(project),
+        )
     # as text, like the listing's own: no Path is built for a dir with nothing to report
     listed = {entry.dir_text: entry for entry in entries if entry.version is not None}
-    for text in root.candidate_texts():
+    for text in root.listed_candidates():
         known = listed.get(text)
         if known is not None:
             # a dir the listing read is not listed again: it holds the entry's generations,
@@ -256,9 +259,18 @@ def _leftover(session_dir: Path, name: str) -> DoctorFinding:
     )
 
 
-def _files(directory: str | Path) -> list[str]:
+def _files(directory: str | Path, *, strict: bool = False) -> list[str]:
+    """The regular files of a dir, sorted; none when it cannot be listed (``strict``: the
+    OSError of a dir that cannot be opened is raised)."""
     try:
-        return sorted(e.name for e in os.scandir(directory) if e.is_file(follow_symlinks=False))
+        scan = os.scandir(directory)
+    except OSError:
+        if strict:
+            raise
+        return []
+    try:
+        with scan:
+            return sorted(e.name for e in scan if e.is_file(follow_symlinks=False))
     except OSError:
         return []
 
