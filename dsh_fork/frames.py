@@ -270,23 +270,36 @@ def _too_large(frame: Frame, index: int, limit: int) -> CorruptLog:
     )
 
 
+def _fed(
+    obj: zstandard.ZstdDecompressionObj,
+    data: memoryview,
+    pos: int,
+    limit: int,
+    too_large: Callable[[], CorruptLog],
+) -> tuple[list[bytes], int]:
+    """Feed ``data`` from ``pos`` on to the streaming decompressor ``obj`` a few bytes at a
+    time until its frame ends or the data does: the pieces it gave and where feeding stopped.
+    Output beyond ``limit`` raises ``too_large()`` within a few blocks, nothing of it kept."""
+    parts: list[bytes] = []
+    total = 0
+    while pos < len(data) and not obj.eof:
+        piece = obj.decompress(data[pos : pos + _FEED])
+        pos += _FEED
+        total += len(piece)
+        if total > limit:
+            parts.clear()
+            raise too_large()
+        parts.append(piece)
+    return parts, pos
+
+
 def _decode_stream(view: memoryview, frame: Frame, index: int, limit: int, origin: int) -> bytes:
     """The reference decode: a fresh streaming decompressor fed a few bytes at a time, so that
     output beyond ``limit`` is noticed within a few blocks and never accumulated."""
     obj = _DECOMPRESSOR.decompressobj()
     body = view[frame.start - origin : frame.end - origin]
-    parts: list[bytes] = []
-    total = 0
-    pos = 0
     try:
-        while pos < len(body) and not obj.eof:
-            piece = obj.decompress(body[pos : pos + _FEED])
-            pos += _FEED
-            total += len(piece)
-            if total > limit:
-                parts.clear()
-                raise _too_large(frame, index, limit)
-            parts.append(piece)
+        parts, pos = _fed(obj, body, 0, limit, lambda: _too_large(frame, index, limit))
     except zstandard.ZstdError as exc:
         raise _corrupt(f"frame does not decode ({exc})", frame.start, index) from None
     if not obj.eof or obj.unused_data or pos < len(body):
@@ -471,23 +484,17 @@ def decode_torn(data: Data, start: int, index: int = 0, limit: int = MAX_FRAME_P
     at = start
     start -= origin
     obj = _DECOMPRESSOR.decompressobj()
-    parts: list[bytes] = []
-    total = 0
-    pos = start
+
+    def too_large() -> CorruptLog:
+        return _corrupt(
+            f"incomplete frame decodes to more than {limit:,} bytes: "
+            + budget.too_large("a frame", limit),
+            at,
+            index,
+        )
+
     try:
-        while pos < len(view) and not obj.eof:
-            piece = obj.decompress(view[pos : pos + _FEED])
-            pos += _FEED
-            total += len(piece)
-            if total > limit:
-                parts.clear()
-                raise _corrupt(
-                    f"incomplete frame decodes to more than {limit:,} bytes: "
-                    + budget.too_large("a frame", limit),
-                    at,
-                    index,
-                )
-            parts.append(piece)
+        parts, _ = _fed(obj, view, start, limit, too_large)
     except zstandard.ZstdError as exc:
         if bytes(view[start + 1 :]).find(_MAGIC_BYTES) != -1:
             raise _corrupt(

@@ -7,12 +7,12 @@ the same text; the rich tree on a terminal is drawn by the command from ``descri
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 
 from msgspec.structs import replace
 
 from .display import capped_note, indent
-from .lineage import Lineage, Node
+from .lineage import Edge, Lineage, Node
 
 ROW_WIDTH = 6
 """A picture puts at most this many children of one session side by side; more wrap into
@@ -139,6 +139,15 @@ def _group_label(node: Node) -> str:
     return f"{len(node.children)} children of {node.id}: {counted}"
 
 
+def _edges_drawn(lineage: Lineage, grouped: Container[str]) -> Iterator[Edge]:
+    """The edges a picture draws one by one: not those from a session whose children are
+    drawn as a group (``grouped``: their paths), which get one edge, to the group; a copy's
+    edge to its original always."""
+    for edge in lineage.edges():
+        if edge.kind == "copy-of" or edge.source.path not in grouped:
+            yield edge
+
+
 def _rows(kids: list[Node], ids: dict[str, str]) -> Iterator[list[str]]:
     """The names of a group's children, ``ROW_WIDTH`` a row, in display order."""
     for start in range(0, len(kids), ROW_WIDTH):
@@ -165,9 +174,7 @@ def mermaid(lineage: Lineage) -> str:
                 out.append(f"    {above} ~~~ {below}")
         out.append("  end")
         out.append(f"  {ids[node.path]} --> {groups[node.path]}")
-    for edge in lineage.edges():
-        if edge.kind != "copy-of" and edge.source.path in groups:
-            continue  # drawn once, to the group
+    for edge in _edges_drawn(lineage, groups):
         a, b = ids[edge.source.path], ids[edge.target.path]
         arrow = "-.->" if edge.kind == "copy-of" else "-->"
         out.append(f"  {a} {arrow}|{edge.kind}| {b}")
@@ -202,9 +209,7 @@ def dot(lineage: Lineage) -> str:
             out.append(f"    {upper[0]} -> {lower[0]} [style=invis];")
         out.append("  }")
         out.append(f"  {name} -> {rows[0][0]} [lhead=cluster_{name}];")
-    for edge in lineage.edges():
-        if edge.kind != "copy-of" and edge.source.path in grouped:
-            continue  # drawn once, to the cluster
+    for edge in _edges_drawn(lineage, grouped):
         a, b = ids[edge.source.path], ids[edge.target.path]
         # a copy → original edge does not rank: the copy stays under its fork
         style = ", style=dashed, constraint=false" if edge.kind == "copy-of" else ""
