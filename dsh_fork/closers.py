@@ -22,7 +22,7 @@ from .results import Documented
 from .turns import OpenTurnState
 
 if TYPE_CHECKING:
-    from . import documents as docs
+    from . import forkdocs as docs
 
 RESULT_ID_PREFIX = "forked-tool-result-"
 FORKED_REASON = {"kind": "forked"}
@@ -62,7 +62,7 @@ class ClosedCall(Documented, Struct, frozen=True):
     """The seq of its ``tool/call`` (a started call), else None."""
 
     def to_document(self) -> docs.ClosedToolResult:
-        from . import documents as docs
+        from . import forkdocs as docs
 
         return docs.ClosedToolResult(
             call_id=self.call_id,
@@ -89,7 +89,7 @@ class ClosedTurn(Documented, Struct, frozen=True):
         return [c.call_id for c in self.calls if c.call_seq is not None]
 
     def to_document(self) -> docs.ClosedTurn:
-        from . import documents as docs
+        from . import forkdocs as docs
 
         return docs.ClosedTurn(
             turn=self.turn,

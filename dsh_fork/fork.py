@@ -49,7 +49,7 @@ from .turns import CLOSE_TURN_HINT, open_turn_at
 from .workspace import moved_workspace
 
 if TYPE_CHECKING:  # relink is imported only when the subagents are copied
-    from . import documents as docs
+    from . import forkdocs as docs
     from .forkpoint import ForkPoint
     from .joining import WorkspaceJoin
     from .records import Header
@@ -103,7 +103,7 @@ class ForkResult(Documented, Struct):
         return self.failure
 
     def to_document(self) -> docs.ForkDocument:
-        from . import documents as docs
+        from . import forkdocs as docs
 
         closed = self.closed_turn
         child = docs.ForkChild(

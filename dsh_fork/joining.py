@@ -30,7 +30,7 @@ from .records import Header
 from .results import Documented
 
 if TYPE_CHECKING:
-    from . import documents as docs
+    from . import forkdocs as docs
 
 JoinStatus = Literal["joined", "would-join", "already", "none", "skipped", "refused"]
 """joined: written; would-join: a dry run's plan; already: listed there before; none: no
@@ -59,7 +59,7 @@ class WorkspaceJoin(Documented, Struct):
     archived: bool = False
 
     def to_document(self) -> docs.WorkspaceJoin:
-        from . import documents as docs
+        from . import forkdocs as docs
 
         return docs.WorkspaceJoin(
             session=self.session,

@@ -19,7 +19,7 @@ from .errors import Partial
 from .results import SCHEMA_VERSION, Documented
 
 if TYPE_CHECKING:
-    from . import documents as docs
+    from . import forkdocs as docs
 
 RERUN_CODES = frozenset(
     ("SESSION_LOCKED", "SESSION_STALE", "SESSION_NOT_FOUND", "IO_ERROR", "UNRESUMABLE")
@@ -67,7 +67,7 @@ class RelinkSummary(Documented, Struct):
         Structs, and so checked against the schema, here."""
         from msgspec import convert
 
-        from . import documents as docs
+        from . import forkdocs as docs
 
         return docs.RelinkSummary(
             fork_child=self.fork_child,
@@ -88,7 +88,7 @@ class RelinkSummary(Documented, Struct):
         """``relink FORK_CHILD``'s document: the summary and its schema version."""
         from msgspec.structs import asdict
 
-        from . import documents as docs
+        from . import forkdocs as docs
 
         return docs.RelinkDocument(schema_version=SCHEMA_VERSION, **asdict(self.to_summary()))
 
@@ -152,7 +152,7 @@ class RelinkAllResult(Documented, Struct):
     def to_document(self) -> docs.RelinkAllDocument:
         from msgspec import convert
 
-        from . import documents as docs
+        from . import forkdocs as docs
 
         return docs.RelinkAllDocument(
             schema_version=SCHEMA_VERSION,

@@ -154,18 +154,22 @@ def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imp
     assert (proc.stderr.strip().splitlines() or [""])[-1] == imported
 
 
-LAZY = ("rich", "hashlib", "secrets")
-"""What a fork printing JSON has no use for: rich draws only on a terminal, and OpenSSL (which
-``secrets`` loads) is not how temp names are drawn."""
-LAZY_PROBE = probe(f"' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & {set(LAZY)!r}))")
+LAZY = ("rich", "hashlib", "secrets", "dsh_fork.documents")
+"""What a fork printing JSON has no use for: rich draws only on a terminal, OpenSSL (which
+``secrets`` loads) is not how temp names are drawn, and the documents of the other commands
+(documents.py) are not the fork's (forkdocs.py)."""
+LAZY_PROBE = probe(
+    "' '.join(sorted(({*sys.modules} | {m.split('.')[0] for m in sys.modules}) & "
+    f"{set(LAZY)!r}))"
+)
 
 
 @pytest.mark.parametrize(("terminal", "imported"), [(False, ""), (True, "rich")])
 def test_rich_is_loaded_only_where_a_terminal_shows_the_result(
     tmp_path: Path, terminal: bool, imported: str
 ) -> None:
-    """Start-up is paid by every run: a two-turn ``fork --json`` imports neither rich nor
-    OpenSSL; the same fork printed on a terminal draws its summary with rich."""
+    """Start-up is paid by every run: a two-turn ``fork --json`` imports none of ``LAZY``;
+    the same fork printed on a terminal draws its summary with rich."""
     root = tmp_path / "sessions"
     summary = generate(root, sessions=1, agents=0, depth=0, turns=2, workspaces=True)
     args = ["--root", str(root), "fork", summary.top_level[0]]
