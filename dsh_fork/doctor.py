@@ -8,6 +8,7 @@ A file that cannot be read is a finding, never a crash.
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 from collections.abc import Mapping, Set
@@ -18,7 +19,7 @@ from msgspec import UNSET, Struct, field
 
 from . import documents as docs
 from .discovery import Root, SessionEntry, locate
-from .errors import Partial, SessionNotFound, UnsupportedFormat
+from .errors import IoError, Partial, SessionNotFound, UnsupportedFormat
 from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
 from .kinds import (
     EVIDENCE_TYPES,
@@ -208,6 +209,15 @@ def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
             "checked",
             path=str(project),
         )
+    for linked in root.unlisted():  # a project or session dir that is a symbolic link
+        refusal = linked.error
+        if isinstance(refusal, IoError) and refusal.errno == errno.ELOOP:
+            add(
+                "error",
+                "UNREADABLE",
+                f"{refusal.message}; what it leads to is not checked",
+                path=str(linked.session_dir),
+            )
     # as text, like the listing's own: no Path is built for a dir with nothing to report
     listed = {entry.dir_text: entry for entry in entries if entry.version is not None}
     for text in root.listed_candidates():

@@ -100,6 +100,7 @@ def test_a_fifo_log_and_a_linked_session_dir_are_named_by_every_listing(
     agents = run_cli("--root", tree, "list-agents", "session-P_A", "--json")
     inspected = run_cli("--root", tree, "inspect", "a-child-03")
     linked = run_cli("--root", tree, "inspect", "a-child-04")
+    doctored = run_cli("--root", tree, "doctor", "--json")
 
     assert listed.exit_code == 0, listed.stderr
     rows = {os.path.relpath(row["path"], tree): row for row in listed.json()["sessions"]}
@@ -117,7 +118,15 @@ def test_a_fifo_log_and_a_linked_session_dir_are_named_by_every_listing(
     assert any("symbolic link" in flag for flag in flags["a-child-04"])
     assert inspected.exit_code == 11 and "it is a FIFO" in inspected.stderr
     assert linked.exit_code == 11 and "symbolic link" in linked.stderr
-    count("unreadable sessions named (FIFO, link)", 6)
+    assert doctored.exit_code == 10
+    findings = doctored.json()["findings"]
+    named = {
+        os.path.relpath(f["path"], tree)
+        for f in findings
+        if f["code"] == "UNREADABLE" and "symbolic link" in f["message"]
+    }
+    assert named == {f"{PROJECT}/a-child-04", "--home-u-elsewhere--"}
+    count("unreadable sessions named (FIFO, link)", 7)
 
 
 def _preloaded() -> None:
