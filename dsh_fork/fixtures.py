@@ -78,6 +78,8 @@ class SessionSpec(Struct):
     lines: list[bytes] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
     turns: int = 0
+    written: int = 0
+    """How many events were written once the events were let go (``generate``)."""
 
     @property
     def seq(self) -> int:
@@ -588,42 +590,39 @@ def generate(
         phrases,
     )
     top_level: list[str] = []
-    legacy_specs: list[SessionSpec] = []
+    legacy_ids: list[str] = []
+    tops: list[SessionSpec] = []
+    leaves: list[SessionSpec] = []
     cwd_of = _project_folders(out_root) if workspaces else _plain_cwd
+    progress.stage("sessions written")
     for i in range(sessions):
         spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=cwd_of(f"project-{i}"))
         top_level.append(spec.id)
         tree.top_index = i
         tree.build(spec, 0, "")
         if legacy and tree.children[spec.id]:
-            legacy_specs += _legacy_fork(spec, tree.children[spec.id], tree.ids, tree.clock)
-    v4_specs = list(tree.specs)
+            made = _legacy_fork(spec, tree.children[spec.id], tree.ids, tree.clock)
+            legacy_ids += [s.id for s in made if s.origin is None]
+            tree.specs += made
+        _write_tree(tree, out_root, 4, frame_target, progress, tops, leaves, spec)
     old: list[str] = []
     old_tree = _Tree(tree.ids, tree.rng, tree.clock, agents, depth, turns, words, False, False)
     for i in range(old_generation):
         spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=cwd_of(f"old-{i}"))
         old.append(spec.id)
         old_tree.build(spec, 0, "", catalog=False)
+        _write_tree(old_tree, out_root, 3, frame_target, progress, tops, [], spec)
     for level, count in old_tree.per_depth.items():
         tree.per_depth[level] = tree.per_depth.get(level, 0) + count
-    everything = v4_specs + legacy_specs + old_tree.specs
-    progress.stage("sessions written", len(everything))
-    for spec in everything:
-        if spec in old_tree.specs:
-            write_spec_as(spec, out_root, 3)
-        else:
-            spec.publish(out_root, frame_target=frame_target)
-        progress.advance()
     registry = None
     if workspaces:
-        tops = [s for s in v4_specs + old_tree.specs if s.id in top_level or s.id in old]
         registry = write_registry(out_root.parent, tops)
     fork_ids: list[str] = []
     if forks:
         fork_ids = _forks(out_root, top_level, forks, fork_depth, relinked, tree.ids, tree.clock)
     torn: list[str] = []
     if torn_tails:
-        torn = _tear(out_root, top_level, tree)
+        torn = _tear(out_root, leaves, tree.clock)
     total = sum(1 for _ in out_root.glob("*/*"))
     return FixtureSummary(
         out_root,
@@ -631,12 +630,45 @@ def generate(
         tree.per_depth,
         top_level,
         forks=fork_ids,
-        legacy_forks=[s.id for s in legacy_specs if s.origin is None],
+        legacy_forks=legacy_ids,
         old_generation=old,
         open_turns=tree.opened,
         torn_tails=torn,
         registry=registry,
     )
+
+
+def _write_tree(
+    tree: _Tree,
+    out_root: Path,
+    version: int,
+    frame_target: int,
+    progress: Progress,
+    tops: list[SessionSpec],
+    leaves: list[SessionSpec],
+    top: SessionSpec,
+) -> None:
+    """Write the sessions one top-level tree made, then let their events go: a root of any
+    size is written holding one tree at a time. What the later steps need stays: the top
+    (for the registry) and the tree's last leaf (for a torn tail), without their events but
+    with their length (``SessionSpec.written``)."""
+    for spec in tree.specs:
+        if version == 4:
+            spec.publish(out_root, frame_target=frame_target)
+        else:
+            write_spec_as(spec, out_root, version)
+        progress.advance()
+    leaf = top
+    while tree.children.get(leaf.id):
+        leaf = tree.children[leaf.id][-1]
+    for spec in tree.specs:
+        spec.written = spec.seq
+        spec.lines = []
+        spec.batches = []
+    tops.append(top)
+    leaves.append(leaf)
+    tree.specs = []
+    tree.children = {}
 
 
 def _plain_cwd(name: str) -> str:
@@ -778,23 +810,19 @@ def _forks(
     return made
 
 
-def _tear(root: Path, top_level: list[str], tree: _Tree) -> list[str]:
+def _tear(root: Path, leaves: list[SessionSpec], clock: Clock) -> list[str]:
     """Append half a frame to the log of each top-level tree's last leaf (its last
     descendant; the top itself without subagents): a torn tail DSH would truncate."""
     torn: list[str] = []
-    for top in top_level:
-        session = top
-        while tree.children.get(session):
-            session = tree.children[session][-1].id
-        spec = next(s for s in tree.specs if s.id == session)
+    for spec in leaves:
         session_dir = root / project_dir_name(spec.cwd) / encode_segment(spec.id)
         title = {"title": "torn", "messageSeqs": [], "source": {"kind": "user"}}
-        line = _line("session/title", spec.seq, tree.clock(), title, {})
+        line = _line("session/title", spec.written, clock(), title, {})
         path = session_dir / canonical_name(4, "zstd")
         frame = zframes.encode(line)
         with open(path, "ab") as handle:
             handle.write(frame[: len(frame) // 2])
-        torn.append(session)
+        torn.append(spec.id)
     return torn
 
 
