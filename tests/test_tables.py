@@ -15,6 +15,8 @@ from dsh_fork.cli.tables import (
     fits,
     human_size,
     numeric,
+    plain_layout,
+    plain_line,
     plain_lines,
     record_lines,
 )
@@ -34,6 +36,24 @@ def test_cjk_cells_align_by_display_width() -> None:
     ]
     # the turns column ends in the same cell on every row
     assert len({cell_len(line) for line in lines}) == 1
+
+
+def test_a_table_measured_in_one_pass_prints_as_the_table_held_whole() -> None:
+    """A long table is measured from its rows, then printed from them again (``Out.table``
+    given a function that makes the rows): the lines are those of the table held whole."""
+    columns = ["id", "title", "turns", "size", "cwd"]
+    cells = [
+        ["a", "日本語のタイトル", "3", "1.2 KiB", "-"],
+        ["bb", "x" * 300, "-", "?", "/w"],
+        ["c", "é", "12", "812 B", "/elsewhere"],
+        ["d", "-", "abc", "-", "/w"],  # a column with a word in it is not numeric
+    ]
+
+    widths, right = plain_layout(columns, iter(cells))
+
+    printed = [plain_line(row, widths, right) for row in [columns, *cells]]
+    assert printed == list(plain_lines(columns, cells))
+    assert right == [False, False, False, True, False]
 
 
 def test_a_long_free_text_cell_pushes_only_its_own_row() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any, NoReturn, TypeVar
 
@@ -317,13 +317,26 @@ class Out:
             sys.stdout.write(text + "\n")
 
     def table(
-        self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+        self,
+        title: str | None,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]] | Callable[[], Iterable[Sequence[Any]]],
     ) -> None:
         """A table by display width (``tables``): on a terminal fitted to the window, ids and
-        paths whole, the other columns folding; piped one row per line, never wrapped."""
+        paths whole, the other columns folding; piped one row per line, never wrapped. Rows
+        given as a function that makes them are made twice when piped, to measure the columns
+        then print each line, so a table of 100,000 rows never holds its cells."""
         from . import tables
 
-        cells = [["-" if c is None else printable(str(c)) for c in row] for row in rows]
+        if callable(rows) and not self.rich:
+            widths, right = tables.plain_layout(columns, _cells_of(rows()))
+            if title:
+                sys.stdout.write(title + "\n")
+            sys.stdout.write(tables.plain_line(columns, widths, right) + "\n")
+            for row in _cells_of(rows()):
+                sys.stdout.write(tables.plain_line(row, widths, right) + "\n")
+            return
+        cells = list(_cells_of(rows() if callable(rows) else rows))
         if not self.rich:
             if title:
                 sys.stdout.write(title + "\n")
@@ -373,6 +386,12 @@ def _write_json(value: Any) -> None:
 
     write_document(value, sys.stdout.buffer)
     sys.stdout.flush()
+
+
+def _cells_of(rows: Iterable[Sequence[Any]]) -> Iterator[list[str]]:
+    """The printed cells of each row: None as ``-``, the rest as printable text."""
+    for row in rows:
+        yield ["-" if c is None else printable(str(c)) for c in row]
 
 
 def printable(text: str) -> str:

@@ -36,12 +36,12 @@ def render(out: Out, listing: SessionList, exact: bool = False) -> None:
     if listing.workspaces:  # the root's home has DSH's workspace registry
         columns.insert(3, "workspace")
     what = f"{shown} {noun}" if listing.everything else _conversations(listing)
-    out.table(f"{what} in {listing.root}", columns, _cells(listing, exact))
+    out.table(f"{what} in {listing.root}", columns, lambda: _cells(listing, exact))
 
 
 def _cells(listing: SessionList, exact: bool) -> Iterator[list[int | str | None]]:
-    """The cells of each row, made as the table takes them: a table of 100,000 rows holds
-    its printed cells once, not a second list of every value beside them."""
+    """The cells of each row, made as the table takes them: piped, a table of 100,000 rows
+    is measured from them and printed from them again, and never holds them."""
     from .tables import human_size
 
     for row in listing.rows:

@@ -10,7 +10,7 @@ free text, so one long message does not push every other row hundreds of charact
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.cells import cell_len
@@ -68,15 +68,39 @@ def plain_lines(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Itera
     """The piped table: the heading, then one line a row."""
     widths = pad_widths(columns, cells)
     right = [numeric(i, cells) for i in range(len(columns))]
-    gap = " " * GAP
     for row in [columns, *cells]:
-        parts = [
-            " " * (width - cell_len(cell)) + cell
-            if flush
-            else cell + " " * (width - cell_len(cell))
-            for cell, width, flush in zip(row, widths, right, strict=False)
-        ]
-        yield gap.join(parts).rstrip()
+        yield plain_line(row, widths, right)
+
+
+def plain_layout(
+    columns: Sequence[str], rows: Iterable[Sequence[str]]
+) -> tuple[list[int], list[bool]]:
+    """``pad_widths`` and ``numeric`` of every column from one pass over the rows, none held:
+    a table too long to hold its cells is measured so, then printed row by row."""
+    widths = [cell_len(c) for c in columns]
+    shown = [False] * len(columns)
+    digits = [True] * len(columns)
+    for row in rows:
+        for i, cell in enumerate(row[: len(widths)]):
+            widths[i] = max(widths[i], cell_len(cell))
+            if cell not in ("-", "?"):
+                shown[i] = True
+                digits[i] = digits[i] and cell[:1].isdigit()
+    padded = [
+        w if column in KEEP_WHOLE else min(w, max(PAD_CAP, cell_len(column)))
+        for column, w in zip(columns, widths, strict=True)
+    ]
+    return padded, [a and b for a, b in zip(shown, digits, strict=True)]
+
+
+def plain_line(row: Sequence[str], widths: Sequence[int], right: Sequence[bool]) -> str:
+    """One line of the piped table: each cell padded to its column's width by display width,
+    numbers to the right."""
+    parts = [
+        " " * (width - cell_len(cell)) + cell if flush else cell + " " * (width - cell_len(cell))
+        for cell, width, flush in zip(row, widths, right, strict=False)
+    ]
+    return (" " * GAP).join(parts).rstrip()
 
 
 def fits(columns: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> bool:
