@@ -72,16 +72,8 @@ STDOUT = STDIN_NAME
 COPY_PIECE = 1 << 20
 
 
-class LeftOut(Documented, Struct):
-    """A family member the export could not read, or left out with its parent."""
-
-    id: str | None
-    path: str
-    code: str
-    message: str
-
-    def to_document(self) -> docs.LeftOut:
-        return docs.LeftOut(self.id, self.path, self.code, self.message)
+LeftOut = docs.LeftOut
+"""A family member the export could not read, or left out with its parent."""
 
 
 class ExportResult(Documented, Struct):
@@ -110,7 +102,7 @@ class ExportResult(Documented, Struct):
             schema_version=SCHEMA_VERSION,
             archive=docs.Archive(str(self.path), self.compression, self.archive_bytes),
             manifest=self.manifest.to_document(),
-            left_out=[item.to_document() for item in self.left_out],
+            left_out=self.left_out,
         )
 
 
