@@ -40,7 +40,8 @@ NO_AGENTS_REASON = "no-agents"
 
 
 class RelinkSummary(Documented, Struct):
-    """The outcome of one fork child (semantics §4.6); ``to_json`` is the contract object."""
+    """The outcome of one fork child (semantics §4.6); ``to_summary`` is the contract object
+    (``to_json`` its plain values, which the operation log records)."""
 
     fork_child: str | None
     source: str | None
