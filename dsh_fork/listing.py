@@ -177,7 +177,8 @@ def list_sessions(
     """The sessions of ``root`` that pass the filters: the conversations and the sessions no
     conversation holds, or, with ``everything`` or ``kinds``, every session; each with its
     workspace when the root's home has DSH's registry (``workspace`` keeps the sessions the
-    workspace of that title, or path, lists)."""
+    workspace of that title, or path, lists). The root's listing is released once the rows
+    hold what they show (``Root.invalidate``): a later question of ``root`` lists it again."""
     for wanted in kinds or ():
         if wanted not in KINDS:
             raise UsageError(f"unknown kind {wanted!r}; choose from {', '.join(KINDS)}")
