@@ -625,24 +625,35 @@ class Root(Struct):
 
     # -- lookup -----------------------------------------------------------------------------
 
-    def dirs_of(self, session_id: str) -> list[Path]:
+    def dirs_of(self, session_id: str, projects: list[Path] | None = None) -> list[Path]:
         """Session dirs named for ``session_id`` that hold a canonical generation. The empty
         id names no dir (it has no encoding), yet a header may name it: ``parentSession`` is
-        any string, never resolved on read (format §7.2)."""
+        any string, never resolved on read (format §7.2). ``projects``: the root's project
+        dirs as this run already listed them (``project_dirs``), so the root is listed once."""
+        if not session_id:
+            return []
+        return [path for path, _ in self.holding(session_id, projects)]
+
+    def holding(
+        self, session_id: str, projects: list[Path] | None = None
+    ) -> list[tuple[Path, list[Generation]]]:
+        """``dirs_of`` with the generations found in each, for a caller that reads one."""
         if not session_id:
             return []
         segment = encode_segment(session_id)
-        found = [p / segment for p in self.project_dirs() if not os.path.islink(p)]
-        return [path for path in found if not os.path.islink(path) and _holds(path)]
+        listed = self.project_dirs() if projects is None else projects
+        found = [p / segment for p in listed if not os.path.islink(p)]
+        held = [(path, _generations(path)) for path in found if not os.path.islink(path)]
+        return [(path, generations) for path, generations in held if generations]
 
-    def refusal(self, session_id: str) -> DshForkError | None:
+    def refusal(self, session_id: str, projects: list[Path] | None = None) -> DshForkError | None:
         """Why a dir named for ``session_id`` holds no session that can be read (it cannot be
         listed, its log is a FIFO, it is a symbolic link), or None when no such dir exists:
         a session that is there but unreadable is named so, never "no session"."""
         if not session_id:
             return None
         segment = encode_segment(session_id)
-        projects = self.project_dirs()
+        projects = self.project_dirs() if projects is None else projects
         linked = [p for p in projects if os.path.islink(p)]
         for project in [p for p in projects if p not in linked]:  # the root's own dirs first
             path = str(project / segment)
@@ -660,10 +671,15 @@ class Root(Struct):
     def exists(self, session_id: str) -> bool:
         return bool(self.dirs_of(session_id))
 
-    def find(self, session_id: str) -> Path:
-        dirs = self.dirs_of(session_id)
+    def find(self, session_id: str, projects: list[Path] | None = None) -> Path:
+        """The one dir of ``session_id``; ``projects`` as ``dirs_of`` takes them."""
+        dirs = self.dirs_of(session_id, projects)
+        return self.only_dir(session_id, dirs, projects)
+
+    def only_dir(self, session_id: str, dirs: list[Path], projects: list[Path] | None) -> Path:
+        """``dirs`` (``dirs_of(session_id)``) when it is one dir; else why not, as ``find``."""
         if not dirs:
-            refusal = self.refusal(session_id)
+            refusal = self.refusal(session_id, projects)
             if refusal is not None:
                 raise refusal
             raise SessionNotFound(f"no session {session_id!r} in {self.path}", session=session_id)
@@ -792,13 +808,13 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _holds(session_dir: Path) -> bool:
-    """Whether a dir holds a canonical generation; one that cannot be listed holds none that
+def _generations(session_dir: Path) -> list[Generation]:
+    """The canonical generations a dir holds; one that cannot be listed holds none that
     could be read (``entries`` names it as unreadable)."""
     try:
-        return bool(list_generations(session_dir))
+        return list_generations(session_dir)
     except OSError:
-        return False
+        return []
 
 
 def _dir_texts(project: str, names: list[str]) -> list[str]:
@@ -1061,17 +1077,28 @@ def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = No
         session_dir = absolute.parent if absolute.is_file() else absolute
         if not list_generations(session_dir):
             by_id = Root(resolve_root(root_option, env))
-            if by_id.dirs_of(arg):
-                return _located(by_id, by_id.find(arg))
+            projects = by_id.project_dirs()
+            held = by_id.holding(arg, projects)
+            if held:
+                by_id.only_dir(arg, [path for path, _ in held], projects)
+                return _located(by_id, *held[0])
         return _located_path(arg, absolute, session_dir, root_option, env)
     root = Root(resolve_root(root_option, env))
     check_root(root.path, lookup=arg)
-    if not root.dirs_of(arg):
-        refusal = root.refusal(arg)
-        if refusal is not None:  # named as unreadable, not as "no session"
-            raise refusal
-    session_id = arg if root.dirs_of(arg) else expand_prefix(root.path, arg)
-    return _located(root, root.find(session_id))
+    projects = root.project_dirs()  # listed once, handed to each question below
+    held = root.holding(arg, projects)
+    if held:  # an id of the root is never expanded
+        root.only_dir(arg, [path for path, _ in held], projects)
+        return _located(root, *held[0])
+    refusal = root.refusal(arg, projects)
+    if refusal is not None:  # named as unreadable, not as "no session"
+        raise refusal
+    session_id, found = expand_prefix(root.path, arg)
+    if not found:  # no id has this prefix: the refusal above already said none is unreadable
+        raise SessionNotFound(f"no session {arg!r} in {root.path}", session=arg)
+    root.only_dir(session_id, [path for path, _ in found], projects)
+    session_dir, names = found[0]  # the generations the expansion listed, not listed again
+    return _located(root, session_dir, [Generation(session_dir / n, v, e) for v, e, n in names])
 
 
 def _located_path(
@@ -1100,8 +1127,10 @@ def _located_path(
     return Located(located.root, session_dir, located.generation, tuple(warnings))
 
 
-def _located(root: Root, session_dir: Path) -> Located:
-    generation = select(list_generations(session_dir))
+def _located(root: Root, session_dir: Path, generations: list[Generation] | None = None) -> Located:
+    """``generations``: those of ``session_dir`` as the lookup just listed them."""
+    listed = list_generations(session_dir) if generations is None else generations
+    generation = select(listed)
     if generation is None:
         odd = _odd_generation(str(session_dir))
         if odd is not None and odd.error is not None:  # a FIFO where the log belongs, say

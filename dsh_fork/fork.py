@@ -175,6 +175,8 @@ def fork(
         raise unsupported_below_v4(
             f"the source {source.session_dir.name}", generation.version, path=str(generation.path)
         )
+    if agents:  # the listing the tree's plan needs anyway: the root's encoding is read from it
+        root.entries()
     root.require_writable()
     if cwd is not None:
         check_cwd(cwd)

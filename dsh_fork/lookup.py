@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import DshForkError, IoError, SessionNotFound, UsageError
-from .generations import scan_names
+from .generations import Names, scan_names
 from .layout import decode_segment, encode_segment
 
 ROOT_HINT = "pass --root PATH or set DSH_HOME (the root is $DSH_HOME/sessions)"
@@ -144,28 +144,31 @@ def completions(root: Path, incomplete: str) -> list[str]:
     return sorted(offered)
 
 
-def expand_prefix(root: Path, arg: str) -> str:
-    """The id ``arg`` is a unique prefix of in ``root`` (``names_prefixes``); an ambiguous
-    prefix → ``SESSION_NOT_FOUND`` listing the candidates one per line. An arg that matches
-    nothing is returned as is (the lookup then reports it missing). The caller first checks
-    that ``arg`` is no id of the root itself (an id is never expanded)."""
+def expand_prefix(root: Path, arg: str) -> tuple[str, list[tuple[Path, Names]]]:
+    """The id ``arg`` is a unique prefix of in ``root`` (``names_prefixes``), with the dirs
+    that hold it and the generation names found in each (the caller reads them, not the dirs
+    again); an ambiguous prefix → ``SESSION_NOT_FOUND`` listing the candidates one per line.
+    An arg that matches nothing is returned as is, with no dirs (the lookup then reports it
+    missing). The caller first checks that ``arg`` is no id of the root itself (an id is
+    never expanded)."""
     prefixes = names_prefixes(arg)
     if not prefixes:
-        return arg
-    matches: set[str] = set()
+        return arg, []
+    matches: dict[str, list[tuple[Path, Names]]] = {}
     for name, session_dir in _session_dirs(root):
         if not name.startswith(prefixes):
             continue
         session_id = decode_segment(name)
         try:
-            if session_id is not None and scan_names(session_dir):
-                matches.add(session_id)
+            names = scan_names(session_dir) if session_id is not None else ()
         except OSError:
             continue
+        if session_id is not None and names:
+            matches.setdefault(session_id, []).append((session_dir, names))
     if len(matches) == 1:
-        return matches.pop()
+        return next(iter(matches.items()))
     if not matches:
-        return arg
+        return arg, []
     raise ambiguous(arg, sorted(matches))
 
 

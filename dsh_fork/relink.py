@@ -111,7 +111,9 @@ def unreadable_sessions(root: Root, *, unlisted: list[Path] | None = None) -> li
         if entry.raw_fields is None:
             items.append(_unreadable_item(entry))
             named.add(entry.dir_text)
-    for session_dir in root.candidate_dirs() if unlisted is None else unlisted:
+    if unlisted is None:  # the dirs the listing walked, not those of a second walk
+        unlisted = [Path(text) for text in root.listed_candidates() if text not in known]
+    for session_dir in unlisted:
         if str(session_dir) in known or str(session_dir) in named:
             continue
         try:

@@ -11,33 +11,56 @@ is missing. A copy DSH can resume:
 - holds no turn open (a copy ends before an open last turn of its source);
 - has a free ``session.lock`` (a held one refuses DSH's cold resume: "unavailable");
 - is named by a ``subagent/catalog`` fact in its parent's own range (v4's panel reads only that).
+
+Each copy is read once: a copy is also the parent of the copies below it, so the read that
+checks it collects its catalog too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .discovery import Root
 from .errors import DshForkError
 from .locking import running
-from .model import facts_of
+from .model import Facts, facts_of
 from .reader import open_log
 
 COPY_TYPES = ("session/end-seed", "subagent/descriptor", "turn/start", "turn/end")
 PARENT_TYPES = ("session/end-seed", "subagent/catalog")
+READ_TYPES = (*COPY_TYPES, "subagent/catalog")
+"""What one read of a copy collects: its own checks and, as it may be a parent, its catalog."""
+
+Catalog = frozenset[str] | str
+"""The ids a session's own-range catalog names, or why the session cannot be read."""
+
+
+class _ReadBack(NamedTuple):
+    """One copy as read back: what fails the check of it, and its own catalog (it is the
+    parent of the copies below it, so the same read answers for them)."""
+
+    problems: list[str]
+    catalog: Catalog
 
 
 def unresumable(root: Root, copied: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
     """``{id, message}`` of each written copy (rows of a summary's ``copied``, with their
-    ``copy`` and ``parent`` ids) that fails the check, in the order given; [] when all pass."""
+    ``copy`` and ``parent`` ids) that fails the check, in the order given; [] when all pass.
+
+    Each copy is read back once, whatever its depth: that read gives its own problems and
+    the catalog its children are looked up in. Only a parent that is no copy of this run
+    (the fork child) is read on its own, once."""
+    rows = [
+        (row["copy"], row["parent"])
+        for row in copied
+        if isinstance(row.get("copy"), str) and isinstance(row.get("parent"), str)
+    ]  # a planned copy (dry run) has no ids: nothing was written
+    read = {copy_id: _read_back(root, copy_id) for copy_id, _ in rows}
+    catalogs: dict[str, Catalog] = {copy_id: back.catalog for copy_id, back in read.items()}
     failed: list[dict[str, str]] = []
-    catalogs: dict[str, frozenset[str] | str] = {}
-    for row in copied:
-        copy_id, parent_id = row.get("copy"), row.get("parent")
-        if not isinstance(copy_id, str) or not isinstance(parent_id, str):
-            continue  # a planned copy (dry run): nothing was written
-        problems = _copy_problems(root, copy_id)
+    for copy_id, parent_id in rows:
+        problems = list(read[copy_id].problems)
         if parent_id not in catalogs:
             catalogs[parent_id] = _own_catalog(root, parent_id)
         catalog = catalogs[parent_id]
@@ -50,18 +73,20 @@ def unresumable(root: Root, copied: Iterable[dict[str, Any]]) -> list[dict[str, 
     return failed
 
 
-def _copy_problems(root: Root, copy_id: str) -> list[str]:
+def _read_back(root: Root, copy_id: str) -> _ReadBack:
     entry = root.entry(copy_id)
     generation = None if entry is None else entry.generation
     if entry is None or generation is None:
-        return ["it is not on disk"]
+        return _ReadBack(["it is not on disk"], "it is not on disk")
     try:
-        log = open_log(generation, collect=COPY_TYPES)
+        log = open_log(generation, collect=READ_TYPES)
     except DshForkError as exc:
-        return [f"it cannot be read: {exc.message}"]
+        return _ReadBack([f"it cannot be read: {exc.message}"], exc.message)
     except OSError as exc:
-        return [f"it cannot be read: {exc.strerror or exc}"]
+        reason = str(exc.strerror or exc)
+        return _ReadBack([f"it cannot be read: {reason}"], reason)
     facts = facts_of(log)
+    del log
     problems: list[str] = []
     if not facts.own_descriptors():
         problems.append("it has no own subagent/descriptor")
@@ -69,10 +94,14 @@ def _copy_problems(root: Root, copy_id: str) -> list[str]:
         problems.append(f"it holds an open turn (started at seq {facts.open_turn.start_seq})")
     if running(entry.session_dir):
         problems.append("its session.lock is held")
-    return problems
+    return _ReadBack(problems, _catalogued(facts))
 
 
-def _own_catalog(root: Root, parent_id: str) -> frozenset[str] | str:
+def _catalogued(facts: Facts) -> frozenset[str]:
+    return frozenset(e.child_id for e in facts.own_catalog() if e.child_id is not None)
+
+
+def _own_catalog(root: Root, parent_id: str) -> Catalog:
     """The ids the parent's own-range catalog names, or why the parent cannot be read."""
     entry = root.entry(parent_id)
     generation = None if entry is None else entry.generation
@@ -84,5 +113,4 @@ def _own_catalog(root: Root, parent_id: str) -> frozenset[str] | str:
         return exc.message
     except OSError as exc:
         return str(exc.strerror or exc)
-    facts = facts_of(log)
-    return frozenset(e.child_id for e in facts.own_catalog() if e.child_id is not None)
+    return _catalogued(facts_of(log))

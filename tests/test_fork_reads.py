@@ -1,0 +1,107 @@
+"""How often a fork with subagents reads each log and lists the root: each stage hands what it
+learnt to the next (docs/design.md, "The data path of each command"), so a regression that
+makes a stage ask the root again, or read a log again, fails here. No timing is measured."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import tree_listing
+
+from dsh_fork import reader
+from dsh_fork.discovery import Root
+from dsh_fork.fixtures import generate
+from dsh_fork.fork import fork_session
+from dsh_fork.generations import CURRENT_NAME
+
+
+class Watched:
+    """The reads of a run: ``reader.open_log`` per log file, ``os.scandir`` per dir."""
+
+    def __init__(self) -> None:
+        self.logs: Counter[Path] = Counter()
+        self.dirs: Counter[str] = Counter()
+
+
+@pytest.fixture
+def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Watched]:
+    seen = Watched()
+    real_open_log = reader.open_log
+    real_scandir = os.scandir
+
+    def open_log(generation: Any, **options: Any) -> Any:
+        seen.logs[Path(generation.path)] += 1
+        return real_open_log(generation, **options)
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int):
+            seen.dirs[os.fspath(path)] += 1
+        return real_scandir(path)
+
+    # every module that took ``open_log`` by name, as the run imports them
+    for name, module in list(sys.modules.items()):
+        if name.startswith("dsh_fork") and getattr(module, "open_log", None) is real_open_log:
+            monkeypatch.setattr(module, "open_log", open_log)
+    monkeypatch.setattr(reader, "open_log", open_log)
+    monkeypatch.setattr(os, "scandir", scandir)
+    yield seen
+
+
+def log_of(root: Path, session_id: str) -> Path:
+    return Root(root).find(session_id) / CURRENT_NAME
+
+
+def test_a_fork_with_agents_reads_each_log_once_and_each_copy_back_once(
+    tmp_path: Path, watched: Watched
+) -> None:
+    """A fork of a session with two agents, each with two of its own (7 source logs): every
+    source log is read once (the top by the fork, each agent by the plan), every copy is read
+    back once after the walk, and a log the walk appends catalog facts to (the fork child,
+    each copy that has copies under it) is read once more, under its lock, by the append
+    that guards the write. The root and its project dir are listed by the lookup, the
+    listing, the check that the child's id is free and the look under the child's lock for
+    sessions published meanwhile: once each."""
+    root = tmp_path / "root"
+    tree = generate(root, sessions=1, agents=2, depth=2, turns=2, seed=7)
+    sources = {entry.session_dir / CURRENT_NAME for entry in Root(root).entries()}
+    assert len(sources) == 7
+    top = tree.top_level[0]
+
+    watched.logs.clear()
+    watched.dirs.clear()
+    result = fork_session(
+        top,
+        str(root),
+        at=None,
+        child_id="session-child",
+        agents=True,
+        dry_run=False,
+        oplog_path=tmp_path / "oplog",
+    )
+
+    logs, dirs = dict(watched.logs), dict(watched.dirs)  # before the checks below look
+    assert result.agents is not None and len(result.agents.copied) == 6
+    assert result.agents.unresumable == [] and result.failure is None
+    child = log_of(root, "session-child")
+    copies = {row["copy"]: row["parent"] for row in result.agents.copied}
+    parents = {parent for parent in copies.values() if parent != "session-child"}
+    assert len(parents) == 2
+    expected: Counter[Path] = Counter()
+    expected.update({path: 1 for path in sources})
+    expected.update({log_of(root, copy_id): 1 for copy_id in copies})  # read back
+    expected.update({log_of(root, parent): 1 for parent in parents})  # the append's read
+    expected.update({child: 2})  # the append of its catalog facts, and the read back
+    assert logs == dict(expected)
+    project = child.parent.parent
+    assert dirs[str(root)] == 4
+    assert dirs[str(project)] == 2
+    written = sources | {child} | {log_of(root, copy_id) for copy_id in copies}
+    assert sorted(p for p in tree_listing(root) if p.endswith(".zstd")) == sorted(
+        str(p.relative_to(root)) for p in written
+    )
