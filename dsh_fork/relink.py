@@ -169,7 +169,7 @@ def _run(
     finally:
         walker.sync()
     if not summary.dry_run:  # every copy read back, once every lock of the walk is released
-        summary.unresumable = unresumable(root, summary.copied)
+        summary.unresumable = unresumable(root, summary.copied, walker.catalogs)
         for item in summary.unresumable:
             log.write(
                 messages.UNRESUMABLE,

@@ -99,6 +99,10 @@ class _Walker:
         self.workspace: Workspace | None = None
         self.progress: Progress = SILENT
         """Told of each agent done (copied, skipped or failed), as the operation log is."""
+        self.catalogs: dict[str, frozenset[str]] = {}
+        """The own-range catalog of each parent the walk appended to, as it stood under the
+        parent's lock once the frame was written: the read-back (``resumable``) takes it
+        instead of reading a parent that is no copy (the fork child) once more."""
         self._listed: set[str] | None = None
         self._names: set[str] = set()
 
@@ -387,6 +391,7 @@ class _Walker:
             return
         catalogued: list[str] = []
         descriptor_added: list[bool] = []
+        present: set[str] = set()
 
         def build(log: SessionLog, current: Facts) -> Iterator[appending.NewEvent]:
             """The events to append, each fact parsed as the writer takes it (one at a time)."""
@@ -394,7 +399,7 @@ class _Walker:
             if own_descriptor is not None and not current.own_descriptors():
                 descriptor_added.append(True)
                 yield ("subagent/descriptor", now, own_descriptor)
-            present = {e.child_id for e in current.own_catalog()}
+            present.update(e.child_id for e in current.own_catalog() if e.child_id is not None)
             for fact in facts:
                 if fact.child_id in present:
                     continue
@@ -416,6 +421,7 @@ class _Walker:
         except DshForkError as exc:
             self._fail(parent.id, exc.code, f"{parent.id}: catalog facts not appended: {exc}")
             return
+        self.catalogs[parent.id] = frozenset(present)
         self.summary.catalogued.extend(catalogued)
         if descriptor_added:
             self.summary.descriptors_repaired.append(parent.id)

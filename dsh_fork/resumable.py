@@ -13,12 +13,13 @@ is missing. A copy DSH can resume:
 - is named by a ``subagent/catalog`` fact in its parent's own range (v4's panel reads only that).
 
 Each copy is read once: a copy is also the parent of the copies below it, so the read that
-checks it collects its catalog too.
+checks it collects its catalog too. The catalog of a parent that is no copy (the fork child)
+is the one the walk's append left under the parent's lock, when the walk appended to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .discovery import Root
@@ -44,20 +45,27 @@ class _ReadBack(NamedTuple):
     catalog: Catalog
 
 
-def unresumable(root: Root, copied: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+def unresumable(
+    root: Root,
+    copied: Iterable[dict[str, Any]],
+    appended: Mapping[str, frozenset[str]] | None = None,
+) -> list[dict[str, str]]:
     """``{id, message}`` of each written copy (rows of a summary's ``copied``, with their
     ``copy`` and ``parent`` ids) that fails the check, in the order given; [] when all pass.
 
     Each copy is read back once, whatever its depth: that read gives its own problems and
-    the catalog its children are looked up in. Only a parent that is no copy of this run
-    (the fork child) is read on its own, once."""
+    the catalog its children are looked up in. ``appended``: the own-range catalog of each
+    parent as the walk left it under the parent's lock, right after appending to it (what
+    ``relinkwalk`` knows); only a parent that is no copy of this run and was not appended to
+    is read on its own, once."""
     rows = [
         (row["copy"], row["parent"])
         for row in copied
         if isinstance(row.get("copy"), str) and isinstance(row.get("parent"), str)
     ]  # a planned copy (dry run) has no ids: nothing was written
     read = {copy_id: _read_back(root, copy_id) for copy_id, _ in rows}
-    catalogs: dict[str, Catalog] = {copy_id: back.catalog for copy_id, back in read.items()}
+    catalogs: dict[str, Catalog] = dict(appended or {})
+    catalogs.update((copy_id, back.catalog) for copy_id, back in read.items())  # as on disk
     failed: list[dict[str, str]] = []
     for copy_id, parent_id in rows:
         problems = list(read[copy_id].problems)
