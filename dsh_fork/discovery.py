@@ -980,7 +980,8 @@ def _list_entry(
             assert generation is not None
             read_header(generation)  # raises the future-generation refusal
         if glancing is not None and encoding == "zstd" and version >= 2:
-            line, whole, mtime_ms = _read_small(dir_text + os.sep + name, glancing.max_bytes)
+            path = dir_text + os.sep + name
+            line, whole, mtime_ms = _read_small(path, glancing.max_bytes, glancing.agents)
         else:
             line = read_header_line(dir_text + os.sep + name, encoding)
     except DshForkError as exc:
@@ -1007,22 +1008,36 @@ def _list_entry(
     return entry
 
 
-def _read_small(path: str, max_bytes: int) -> tuple[bytes, bytes | None, int]:
-    """(header line, the whole log or None, its mtime in ms) from one read: a log within
+def _read_small(path: str, max_bytes: int, agents: bool = True) -> tuple[bytes, bytes | None, int]:
+    """(header line, the whole log or None, its mtime in ms) from one open: a log within
     ``max_bytes`` is read whole, a larger one as ``read_header_line`` reads it. The header
     line comes from ``frames.first_line`` or, in any doubt, from ``read_header_line`` itself,
-    which gives the verdict; then no whole log is offered."""
+    which gives the verdict; then no whole log is offered. Without ``agents`` a log beyond
+    the header's first read is read on only when its header line may be a conversation's
+    (``_may_be_conversation``): a subagent's log is not folded, so not read either."""
     fd, stat = open_regular_stat(path)  # never through a link, never blocking on a FIFO
     try:
         small = stat.st_size <= max_bytes
-        data = os.read(fd, stat.st_size + 1 if small else HEADER_FIRST_READ)
+        first = stat.st_size + 1 if small else HEADER_FIRST_READ
+        data = os.read(fd, first if agents else min(first, HEADER_FIRST_READ))
+        line = first_line(data)
+        rest = small and not agents and len(data) <= stat.st_size
+        if rest and line is not None and _may_be_conversation(line):  # a small log: read on
+            data += os.read(fd, stat.st_size + 1 - len(data))
     finally:
         os.close(fd)
-    line = first_line(data)
     if line is None:
         return read_header_line(path, "zstd"), None, 0
     whole = data if small and len(data) == stat.st_size else None
     return line, whole, stat.st_mtime_ns // 1_000_000
+
+
+def _may_be_conversation(line: bytes) -> bool:
+    """Whether a header line may not be a subagent's: it does not hold the text
+    ``"subagent"``. It decides only how much of a log is read: a header that holds it in
+    another field is a conversation whose row reads its log when it is made; one that spells
+    its origin with escapes is read whole and not folded, as the validated header decides."""
+    return b'"subagent"' not in line
 
 
 def _order(entry: SessionEntry) -> tuple[int, str]:
