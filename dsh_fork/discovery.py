@@ -1108,7 +1108,7 @@ def locate(arg: str, root_option: str | None, env: Mapping[str, str] | None = No
     refusal = root.refusal(arg, projects)
     if refusal is not None:  # named as unreadable, not as "no session"
         raise refusal
-    session_id, found = expand_prefix(root.path, arg)
+    session_id, found = expand_prefix(root.path, arg, projects)
     if not found:  # no id has this prefix: the refusal above already said none is unreadable
         raise SessionNotFound(f"no session {arg!r} in {root.path}", session=arg)
     root.only_dir(session_id, [path for path, _ in found], projects)

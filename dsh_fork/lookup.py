@@ -24,22 +24,26 @@ ID_PREFIX = "session-"
 """What every id DSH makes starts with; an id's short form is the id without it."""
 
 
-def _session_dirs(root: Path) -> Iterator[tuple[str, Path]]:
-    """(dir name, path) of every dir two levels under ``root``: the candidate session dirs."""
-    try:
-        projects = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError:
-        return
-    for project in projects:
-        if not project.is_dir(follow_symlinks=False):
-            continue
+def _session_dirs(root: Path, projects: list[Path] | None = None) -> Iterator[tuple[str, Path]]:
+    """(dir name, path) of every dir two levels under ``root``: the candidate session dirs.
+    ``projects``: the root's project dirs as the caller already listed them (a link among
+    them is passed over, as a listing here passes it over)."""
+    if projects is None:
         try:
-            with os.scandir(project.path) as scan:
+            found = sorted(os.scandir(root), key=lambda e: e.name)
+        except OSError:
+            return
+        paths = [e.path for e in found if e.is_dir(follow_symlinks=False)]
+    else:
+        paths = [str(p) for p in projects if not os.path.islink(p)]
+    for path in paths:
+        try:
+            with os.scandir(path) as scan:
                 names = sorted(e.name for e in scan if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
         for name in names:
-            yield name, Path(project.path) / name
+            yield name, Path(path) / name
 
 
 def _holds_a_session(path: Path) -> bool:
@@ -144,18 +148,20 @@ def completions(root: Path, incomplete: str) -> list[str]:
     return sorted(offered)
 
 
-def expand_prefix(root: Path, arg: str) -> tuple[str, list[tuple[Path, Names]]]:
+def expand_prefix(
+    root: Path, arg: str, projects: list[Path] | None = None
+) -> tuple[str, list[tuple[Path, Names]]]:
     """The id ``arg`` is a unique prefix of in ``root`` (``names_prefixes``), with the dirs
     that hold it and the generation names found in each (the caller reads them, not the dirs
     again); an ambiguous prefix → ``SESSION_NOT_FOUND`` listing the candidates one per line.
     An arg that matches nothing is returned as is, with no dirs (the lookup then reports it
     missing). The caller first checks that ``arg`` is no id of the root itself (an id is
-    never expanded)."""
+    never expanded). ``projects``: as ``_session_dirs`` takes them."""
     prefixes = names_prefixes(arg)
     if not prefixes:
         return arg, []
     matches: dict[str, list[tuple[Path, Names]]] = {}
-    for name, session_dir in _session_dirs(root):
+    for name, session_dir in _session_dirs(root, projects):
         if not name.startswith(prefixes):
             continue
         session_id = decode_segment(name)

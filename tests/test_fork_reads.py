@@ -106,3 +106,26 @@ def test_a_fork_with_agents_reads_each_log_once_and_each_copy_back_once(
     assert sorted(p for p in tree_listing(root) if p.endswith(".zstd")) == sorted(
         str(p.relative_to(root)) for p in written
     )
+
+
+def test_a_lookup_by_prefix_lists_the_root_and_the_session_dir_once(
+    tmp_path: Path, watched: Watched
+) -> None:
+    """The lookup of a unique id prefix lists the root and each project dir once, and the
+    dir of the session it finds once: the expansion hands on the dirs and generations it
+    found."""
+    from dsh_fork.discovery import locate
+
+    root = tmp_path / "root"
+    tree = generate(root, sessions=1, agents=2, depth=1, turns=1, seed=3)
+    top = tree.top_level[0]
+    session_dir = Root(root).find(top)
+    watched.dirs.clear()
+
+    located = locate(top.removeprefix("session-")[:8], str(root))
+
+    assert located.session_dir == session_dir
+    assert located.generation.path == session_dir / CURRENT_NAME
+    assert watched.dirs[str(root)] == 1
+    assert watched.dirs[str(session_dir.parent)] == 1
+    assert watched.dirs[str(session_dir)] == 1
