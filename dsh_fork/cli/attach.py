@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, root_of, run
+from .base import Out, app, emit, root_of, run
+from .options import dry_run_option, json_option, root_option, sessions_argument
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..attach import AttachResult
@@ -17,20 +18,15 @@ if TYPE_CHECKING:  # the library is imported by the command itself, only when it
     short_help="Put sessions into the workspace their cwd belongs to (DSH's registry).",
 )
 def attach_command(
-    sessions: list[str] | None = typer.Argument(
-        None,
-        metavar="[SESSION]...",
-        help="Session ids (or unique prefixes), session dirs or log files.",
-        autocompletion=complete_session,
+    sessions: list[str] | None = sessions_argument(
+        "Session ids (or unique prefixes), session dirs or log files."
     ),
     every: bool = typer.Option(
         False, "--all", help="Every visible session that a workspace's path matches."
     ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Show what would change in the registry; write nothing."
-    ),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    dry_run: bool = dry_run_option("Show what would change in the registry; write nothing."),
+    json_out: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Put sessions into the workspace of DSH's web UI their cwd belongs to.
 

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 import typer
 
 from .base import (
-    JSON_HELP,
-    ROOT_HELP,
     SESSION_HELP,
     Out,
     app,
@@ -18,6 +16,7 @@ from .base import (
     run,
     session_argument,
 )
+from .options import json_option, root_option
 
 DIFFERS_EXIT = 1
 """``--exit-code``: the sessions differ (git's and diff(1)'s code; INTERNAL everywhere else)."""
@@ -100,8 +99,8 @@ def diff_command(
         help="Exit 1 when either side has a turn after the common prefix, 0 otherwise (git's "
         "diff --exit-code); a fork's marker, title and catalog facts are no difference.",
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Compare two sessions: common prefix (raw event bytes), the split, each side's tail.
 

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, root_of, run
+from .base import Out, app, complete_session, emit, root_of
+from .options import json_option, root_option
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..doctor import DoctorReport
@@ -54,8 +56,8 @@ def doctor_command(
         help="Check only these sessions (root rules always).",
         autocompletion=complete_session,
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Check a sessions root read-only: root rules, every session's log, lineage and catalog.
 
@@ -72,10 +74,8 @@ def doctor_command(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    from .progress import meter
 
-    with meter(out) as bar:
-        report = run(
-            out, lambda: porcelain.doctor(ctx, sessions or None, progress=bar), where=ctx.root
-        )
+    report = metered(
+        out, lambda bar: porcelain.doctor(ctx, sessions or None, progress=bar), where=ctx.root
+    )
     emit(out, report, render)

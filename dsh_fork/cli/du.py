@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, family_argument, root_of, run
+from .base import Out, app, emit, family_argument, root_of
+from .options import json_option, root_option
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..du import DiskUsage, Group
@@ -87,8 +89,8 @@ def du_command(
         "-h",
         help="Sizes as people read them (KiB, MiB, GiB): the default; du's -h, accepted.",
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Bytes on disk per session, family and project dir; forks' and copies' inherited
     prefixes against their own bytes, and what sharing the prefixes would save.
@@ -113,8 +115,8 @@ def _du(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    from .progress import meter
 
-    with meter(out) as bar:
-        usage = run(out, lambda: porcelain.du(ctx, session, top=top, progress=bar), where=ctx.root)
+    usage = metered(
+        out, lambda bar: porcelain.du(ctx, session, top=top, progress=bar), where=ctx.root
+    )
     emit(out, usage, lambda o, u: _render(o, u, exact))

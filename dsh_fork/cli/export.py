@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import UsageError
-from .base import ROOT_HELP, SESSION_HELP, Out, app, emit, fail, root_of, run, session_argument
-from .options import FORMAT_HELP, archive_format
+from .base import SESSION_HELP, Out, app, emit, fail, root_of, session_argument
+from .options import FORMAT_HELP, archive_format, json_option, root_option
+from .progress import metered
 
 if TYPE_CHECKING:
     from ..export import ExportResult
@@ -37,8 +38,8 @@ def export_command(
     format_name: str | None = typer.Option(
         None, "--format", metavar="FORMAT", help=FORMAT_HELP + " (- defaults to zst)."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the manifest as one JSON document."),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_out: bool = json_option("Print the manifest as one JSON document."),
+    root: str | None = root_option(),
 ) -> None:
     """Export a session and its family into one archive.
 
@@ -68,23 +69,21 @@ def export_command(
         )
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    from .progress import meter
 
-    with meter(out) as bar:
-        result = run(
-            out,
-            lambda: porcelain.export(
-                ctx,
-                session,
-                output,
-                forks=forks,
-                skip_unreadable=skip_unreadable,
-                compression=compression,
-                stdout=sys.stdout.buffer if to_stdout else None,
-                progress=bar,
-            ),
-            where=ctx.root,
-        )
+    result = metered(
+        out,
+        lambda bar: porcelain.export(
+            ctx,
+            session,
+            output,
+            forks=forks,
+            skip_unreadable=skip_unreadable,
+            compression=compression,
+            stdout=sys.stdout.buffer if to_stdout else None,
+            progress=bar,
+        ),
+        where=ctx.root,
+    )
     emit(out, result, _render_stderr if to_stdout else _render)
 
 

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, Out, app, emit, run
+from .base import Out, app, emit
+from .options import json_option
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fixtures import FixtureSummary
@@ -57,7 +59,7 @@ def fixture(
         "--phrases",
         help="End each user message with a phrase said nowhere else (to try search).",
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_mode: bool = json_option(),
 ) -> None:
     """Write a deterministic, valid sessions root for tests and demos.
 
@@ -66,33 +68,31 @@ def fixture(
       dsh-fork fixture /tmp/demo/sessions --sessions 3 --agents 2 --depth 2 --forks 1
     """
     from .. import porcelain
-    from .progress import meter
 
     out = Out(json_mode=json_mode)
-    with meter(out) as bar:
-        summary = run(
-            out,
-            lambda: porcelain.fixture(
-                out_root,
-                sessions=sessions,
-                agents=agents,
-                depth=depth,
-                turns=turns,
-                seed=seed,
-                tools=tools,
-                forks=forks,
-                fork_depth=fork_depth,
-                relinked=relinked,
-                legacy=legacy,
-                open_turns=open_turns,
-                torn_tails=torn_tails,
-                old_generation=old_generation,
-                workspaces=workspaces,
-                phrases=phrases,
-                progress=bar,
-            ),
-            where=out_root,
-        )
+    summary = metered(
+        out,
+        lambda bar: porcelain.fixture(
+            out_root,
+            sessions=sessions,
+            agents=agents,
+            depth=depth,
+            turns=turns,
+            seed=seed,
+            tools=tools,
+            forks=forks,
+            fork_depth=fork_depth,
+            relinked=relinked,
+            legacy=legacy,
+            open_turns=open_turns,
+            torn_tails=torn_tails,
+            old_generation=old_generation,
+            workspaces=workspaces,
+            phrases=phrases,
+            progress=bar,
+        ),
+        where=out_root,
+    )
     emit(out, summary, _render)
 
 

@@ -8,18 +8,23 @@ import typer
 
 from ..errors import UsageError
 from .base import (
-    JSON_HELP,
-    ROOT_HELP,
     Out,
     app,
     emit,
     fail,
     root_of,
-    run,
     session_argument,
     when,
 )
-from .options import absolute_dir
+from .options import (
+    absolute_dir,
+    cwd_option,
+    dry_run_option,
+    json_option,
+    no_workspace_option,
+    root_option,
+)
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..fork import ForkResult
@@ -55,25 +60,16 @@ def fork_command(
     no_agents: bool = typer.Option(
         False, "--no-agents", help="Do not copy the source's subagent tree under the child."
     ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print what would be written; write nothing."
-    ),
-    cwd: str | None = typer.Option(
-        None,
-        "--cwd",
-        metavar="DIR",
-        help="Move the child into DIR's workspace (cwd DIR); its subagent copies follow.",
+    dry_run: bool = dry_run_option("Print what would be written; write nothing."),
+    cwd: str | None = cwd_option(
+        "Move the child into DIR's workspace (cwd DIR); its subagent copies follow."
     ),
     drop_inbox: bool = typer.Option(
         False,
         "--drop-inherited-inbox",
         help="Cancel the queued input the child inherits, so it is never delivered.",
     ),
-    no_workspace: bool = typer.Option(
-        False,
-        "--no-workspace",
-        help="Leave DSH's workspace registry alone (the child shows as Ungrouped).",
-    ),
+    no_workspace: bool = no_workspace_option("the child shows"),
     title: str | None = typer.Option(
         None,
         "--title",
@@ -91,8 +87,8 @@ def fork_command(
         "inside one) and close the turn in the child as DSH does: an error result per pending "
         "tool call, step/end, turn/end (forked).",
     ),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_out: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Fork SOURCE into a new session holding its events 0..SEQ (the source is only read).
 
@@ -120,29 +116,27 @@ def fork_command(
         fail(out, UsageError(problem))
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
-    from .progress import meter
 
-    with meter(out) as bar:
-        result = run(
-            out,
-            lambda: porcelain.fork(
-                ctx,
-                source,
-                at=at,
-                turn=turn,
-                child_id=child_id,
-                agents=not no_agents,
-                dry_run=dry_run,
-                cwd=None if cwd is None else absolute_dir(cwd),
-                drop_inbox=drop_inbox,
-                workspace=not no_workspace,
-                title=title,
-                keep_title=keep_title,
-                close_turn=close_turn,
-                progress=bar,
-            ),
-            where=ctx.root,
-        )
+    result = metered(
+        out,
+        lambda bar: porcelain.fork(
+            ctx,
+            source,
+            at=at,
+            turn=turn,
+            child_id=child_id,
+            agents=not no_agents,
+            dry_run=dry_run,
+            cwd=None if cwd is None else absolute_dir(cwd),
+            drop_inbox=drop_inbox,
+            workspace=not no_workspace,
+            title=title,
+            keep_title=keep_title,
+            close_turn=close_turn,
+            progress=bar,
+        ),
+        where=ctx.root,
+    )
     emit(out, result, _render)
 
 

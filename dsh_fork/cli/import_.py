@@ -7,8 +7,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
-from .options import FORMAT_HELP, absolute_dir, archive_format
+from .base import Out, app, emit, root_of
+from .options import (
+    FORMAT_HELP,
+    absolute_dir,
+    archive_format,
+    cwd_option,
+    dry_run_option,
+    json_option,
+    no_workspace_option,
+    root_option,
+)
+from .progress import metered
 
 if TYPE_CHECKING:
     from ..importer import ImportResult
@@ -24,25 +34,16 @@ def import_command(
     new_ids: bool = typer.Option(
         False, "--new-ids", help="Import as seeded copies under new ids (a second family)."
     ),
-    cwd: str | None = typer.Option(
-        None,
-        "--cwd",
-        metavar="DIR",
-        help="Move the family into DIR: the top session's workspace (and what lies in it).",
+    cwd: str | None = cwd_option(
+        "Move the family into DIR: the top session's workspace (and what lies in it)."
     ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Verify the archive and show what would be created."
-    ),
-    no_workspace: bool = typer.Option(
-        False,
-        "--no-workspace",
-        help="Leave DSH's workspace registry alone (the sessions show as Ungrouped).",
-    ),
+    dry_run: bool = dry_run_option("Verify the archive and show what would be created."),
+    no_workspace: bool = no_workspace_option("the sessions show"),
     format_name: str | None = typer.Option(
         None, "--format", metavar="FORMAT", help=FORMAT_HELP + " (default: from its content)."
     ),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_out: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Import the sessions of an archive written by export.
 
@@ -62,23 +63,21 @@ def import_command(
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
     moved = None if cwd is None else absolute_dir(cwd)
-    from .progress import meter
 
-    with meter(out) as bar:
-        result = run(
-            out,
-            lambda: porcelain.import_bundle(
-                ctx,
-                archive,
-                new_ids=new_ids,
-                cwd=moved,
-                dry_run=dry_run,
-                workspace=not no_workspace,
-                compression=compression,
-                progress=bar,
-            ),
-            where=ctx.root,
-        )
+    result = metered(
+        out,
+        lambda bar: porcelain.import_bundle(
+            ctx,
+            archive,
+            new_ids=new_ids,
+            cwd=moved,
+            dry_run=dry_run,
+            workspace=not no_workspace,
+            compression=compression,
+            progress=bar,
+        ),
+        where=ctx.root,
+    )
     emit(out, result, _render)
 
 

@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from .base import (
-    JSON_HELP,
-    ROOT_HELP,
     SESSION_HELP,
     Out,
     app,
@@ -20,6 +18,7 @@ from .base import (
     session_argument,
     when,
 )
+from .options import json_option, root_option
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..inspect import InspectReport
@@ -248,8 +247,8 @@ def inspect(
     turns: bool = typer.Option(
         False, "--turns", help="Also print one line per turn (what fork --turn N counts)."
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Show a session's header, generations, frames, turns, fork boundaries and findings.
 

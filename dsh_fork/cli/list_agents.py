@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from .base import (
-    JSON_HELP,
-    ROOT_HELP,
     SESSION_HELP,
     Out,
     app,
@@ -19,6 +17,7 @@ from .base import (
     run,
     session_argument,
 )
+from .options import json_option, root_option
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..agents import AgentRow, AgentTree
@@ -136,8 +135,8 @@ def _render(out: Out, tree: AgentTree) -> None:
 def list_agents(
     session: str = session_argument(SESSION_HELP),
     recursive: bool = typer.Option(False, "--recursive", help="Descend through the whole tree."),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """List a session's subagents: on disk (header parentSession) and in the panel (catalog).
 

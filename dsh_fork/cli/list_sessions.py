@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, iso, root_of, run
+from .base import Out, app, emit, iso, root_of
+from .options import json_option, project_option, root_option, since_option
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..listing import SessionList, SessionRow
@@ -92,21 +94,14 @@ def _conversations(listing: SessionList) -> str:
     short_help="List the sessions of a root: id, kind, title, turns, last activity.",
 )
 def list_command(
-    project: str | None = typer.Option(
-        None, "--project", metavar="PROJECT", help="Only this project: a dir name or a cwd."
-    ),
+    project: str | None = project_option(),
     kind: list[str] | None = typer.Option(
         None,
         "--kind",
         metavar="KIND",
         help="Only sessions of this kind: root, fork, subagent, copy or linked (repeatable).",
     ),
-    since: str | None = typer.Option(
-        None,
-        "--since",
-        metavar="WHEN",
-        help="Only sessions active since WHEN: an age (30m, 2h, 7d), an ISO date, epoch ms.",
-    ),
+    since: str | None = since_option(),
     everything: bool = typer.Option(
         False, "--all", "-a", help="Every session: subagents and copies too, each a row."
     ),
@@ -117,8 +112,8 @@ def list_command(
         metavar="NAME",
         help="Only the sessions DSH's workspace NAME lists (its title, or its path).",
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """List the conversations of a root: title, kind, turns, last activity, and the
     subagents and copies under each.
@@ -163,21 +158,19 @@ def _list(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    from .progress import meter
 
-    with meter(out) as bar:
-        listing = run(
-            out,
-            lambda: porcelain.list_sessions(
-                ctx,
-                project=project,
-                kinds=kind or None,
-                since=since,
-                now_ms=now_ms(),
-                everything=everything,
-                workspace=workspace,
-                progress=bar,
-            ),
-            where=ctx.root,
-        )
+    listing = metered(
+        out,
+        lambda bar: porcelain.list_sessions(
+            ctx,
+            project=project,
+            kinds=kind or None,
+            since=since,
+            now_ms=now_ms(),
+            everything=everything,
+            workspace=workspace,
+            progress=bar,
+        ),
+        where=ctx.root,
+    )
     emit(out, listing, lambda o, result: render(o, result, exact))

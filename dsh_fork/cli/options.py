@@ -1,16 +1,77 @@
-"""Option values shared by several commands: ``--cwd`` (fork, import), ``--format`` (export,
-import)."""
+"""The options and arguments several commands share, each declared once: ``--json``,
+``--root``, ``--dry-run``, ``[SESSION]...``, ``--since``, ``--project``, ``--cwd``,
+``--no-workspace``, and the values of ``--cwd`` and ``--format``.
+
+A declaration is a function returning typer's default object, so that a command's signature
+stays the one place its parser is read from while the flag, metavar and help of a shared option
+are written here only (the help each command says in its own words is its argument).
+"""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import typer
 
 from ..errors import UsageError
-from .base import Out, fail
+from .base import JSON_HELP, ROOT_HELP, Out, complete_session, fail
 
 if TYPE_CHECKING:
     from ..tarstream import Compression
+
+
+def json_option(help_text: str = JSON_HELP) -> Any:
+    """``--json``: the result as one JSON document on stdout."""
+    return typer.Option(False, "--json", help=help_text)
+
+
+def root_option() -> Any:
+    """``--root`` after the command (it wins over the one before it: ``base.root_of``)."""
+    return typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH")
+
+
+def dry_run_option(help_text: str) -> Any:
+    """``--dry-run``: say what the command would write, write nothing."""
+    return typer.Option(False, "--dry-run", help=help_text)
+
+
+def sessions_argument(help_text: str) -> Any:
+    """Any number of SESSIONs (none is allowed: the command then asks for another mode)."""
+    return typer.Argument(
+        None, metavar="[SESSION]...", help=help_text, autocompletion=complete_session
+    )
+
+
+def since_option() -> Any:
+    """``--since WHEN`` of the commands that read many sessions (``listing.parse_since``)."""
+    return typer.Option(
+        None,
+        "--since",
+        metavar="WHEN",
+        help="Only sessions active since WHEN: an age (30m, 2h, 7d), an ISO date, epoch ms.",
+    )
+
+
+def project_option() -> Any:
+    """``--project PROJECT``: one project dir, named by its dir name or a cwd."""
+    return typer.Option(
+        None, "--project", metavar="PROJECT", help="Only this project: a dir name or a cwd."
+    )
+
+
+def cwd_option(help_text: str) -> Any:
+    """``--cwd DIR``: move what is written into DIR's workspace (``absolute_dir``)."""
+    return typer.Option(None, "--cwd", metavar="DIR", help=help_text)
+
+
+def no_workspace_option(shown_as: str) -> Any:
+    """``--no-workspace``: DSH's workspace registry is not touched."""
+    return typer.Option(
+        False,
+        "--no-workspace",
+        help=f"Leave DSH's workspace registry alone ({shown_as} as Ungrouped).",
+    )
 
 
 def absolute_dir(value: str) -> str:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-from .base import Out, colour_wanted
+from .base import Out, colour_wanted, run
+
+T = TypeVar("T")
 
 REDRAW_SECONDS = 0.1
 """How often a count is handed to the display (it redraws ten times a second)."""
@@ -94,6 +97,21 @@ def meter(out: Out) -> Meter:
     """The meter of a command: drawn on a terminal's stderr unless ``-q`` or ``--json``."""
     draw = not out.quiet and not out.json_mode and _stderr_is_terminal()
     return Meter(draw)
+
+
+def metered(
+    out: Out,
+    action: Callable[[Meter], T],
+    *,
+    where: object | None = None,
+    interrupted: Callable[[Meter], str] | None = None,
+) -> T:
+    """``base.run`` of a library call that reports its progress to the command's meter (and,
+    on Ctrl-C, says how far it came with ``interrupted(meter)``): the meter is gone, and the
+    output as it would be without it, once the call returns or fails."""
+    with meter(out) as bar:
+        summary = None if interrupted is None else (lambda: interrupted(bar))
+        return run(out, lambda: action(bar), where=where, interrupted=summary)
 
 
 def _stderr_is_terminal() -> bool:

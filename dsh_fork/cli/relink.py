@@ -8,7 +8,9 @@ import typer
 
 from ..display import counted
 from ..errors import UsageError
-from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, root_of, run
+from .base import Out, app, complete_session, emit, fail, root_of
+from .options import dry_run_option, json_option, root_option
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
     from ..relinkresult import RelinkAllResult, RelinkSummary
@@ -135,11 +137,9 @@ def relink(
         autocompletion=complete_session,
     ),
     all_forks: bool = typer.Option(False, "--all", help="Relink every fork child of the root."),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print the full plan; write nothing under the root."
-    ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    dry_run: bool = dry_run_option("Print the full plan; write nothing under the root."),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Copy the subagent tree of a fork child's parent under the fork child.
 
@@ -156,7 +156,6 @@ def relink(
       dsh-fork relink --all --json
     """
     from .. import porcelain
-    from .progress import meter
 
     out = Out(json_mode)
     if all_forks == (fork_child is not None):
@@ -164,21 +163,19 @@ def relink(
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
     if all_forks:
-        with meter(out) as bar:
-            result = run(
-                out,
-                lambda: porcelain.relink_all(ctx, dry_run=dry_run, progress=bar),
-                where=ctx.root,
-                interrupted=lambda: _interrupted(bar),
-            )
+        result = metered(
+            out,
+            lambda bar: porcelain.relink_all(ctx, dry_run=dry_run, progress=bar),
+            where=ctx.root,
+            interrupted=_interrupted,
+        )
         emit(out, result, _render_all)
         return
     assert fork_child is not None
     child = fork_child
-    with meter(out) as bar:
-        summary = run(
-            out,
-            lambda: porcelain.relink(ctx, child, dry_run=dry_run, progress=bar),
-            where=ctx.root,
-        )
+    summary = metered(
+        out,
+        lambda bar: porcelain.relink(ctx, child, dry_run=dry_run, progress=bar),
+        where=ctx.root,
+    )
     emit(out, summary, _render)

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run, session_argument
+from .base import Out, app, emit, root_of, run, session_argument
 from .fork import _render as render_fork
+from .options import dry_run_option, json_option, root_option
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..salvage import SalvageResult
@@ -36,11 +37,9 @@ def salvage_command(
         "--close-turn",
         help="Keep every readable event and close a turn left open, as fork --close-turn does.",
     ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Say what would be forked; write nothing."
-    ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    dry_run: bool = dry_run_option("Say what would be forked; write nothing."),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """For a log DSH refuses (a seq gap or repeat, a bad line or frame in the middle, a record
     torn mid-log, a second writer's restarted seqs): fork the longest prefix DSH would read,

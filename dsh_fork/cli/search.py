@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import JSON_HELP, ROOT_HELP, Out, app, emit, root_of, run
+from .base import Out, app, emit, root_of, run
+from .options import json_option, project_option, root_option, since_option
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..search import SearchResult
@@ -57,20 +58,13 @@ def search_command(
         "--inherited",
         help="Also report hits in forks' and copies' inherited prefixes (once per session).",
     ),
-    since: str | None = typer.Option(
-        None,
-        "--since",
-        metavar="WHEN",
-        help="Only sessions active since WHEN: an age (30m, 2h, 7d), an ISO date, epoch ms.",
-    ),
-    project: str | None = typer.Option(
-        None, "--project", metavar="PROJECT", help="Only this project: a dir name or a cwd."
-    ),
+    since: str | None = since_option(),
+    project: str | None = project_option(),
     limit: int = typer.Option(
         200, "--limit", min=1, metavar="N", help="List at most N hits (all are counted)."
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Search titles, user and assistant messages and tool calls and results of every
     session; each hit with its session, turn (as inspect --turns counts), seq, role and a

@@ -10,7 +10,8 @@ import typer
 
 from ..display import counted
 from ..errors import UsageError
-from .base import JSON_HELP, ROOT_HELP, Out, app, complete_session, emit, fail, iso, root_of, run
+from .base import Out, app, emit, fail, iso, root_of, run
+from .options import dry_run_option, json_option, root_option, sessions_argument
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..trash import EmptyResult, Entry, RestoreResult, TrashList, TrashResult
@@ -32,6 +33,12 @@ def _sessions(out: Out, entry: Entry, title: str) -> None:
     out.table(title, ("id", "kind", "title", "size", "where"), rows)
 
 
+def _moved(out: Out, entry: Entry, title: str, registry: str) -> None:
+    """What trash and restore moved: the entry's sessions, then what the registry got."""
+    _sessions(out, entry, title)
+    _registry_line(out, entry, registry)
+
+
 def _registry_line(out: Out, entry: Entry, verb: str) -> None:
     done = entry.registry
     if done is None:
@@ -45,12 +52,8 @@ def _registry_line(out: Out, entry: Entry, verb: str) -> None:
 def _render_trash(out: Out, result: TrashResult) -> None:
     entry = result.entry
     verb = "would move" if result.dry_run else "moved"
-    _sessions(
-        out,
-        entry,
-        f"{verb} {counted(len(entry.sessions), 'session')} ({_size(entry.size)}) to {entry.path}",
-    )
-    _registry_line(out, entry, "sessions detached, archived and pinned marks removed")
+    moved = f"{counted(len(entry.sessions), 'session')} ({_size(entry.size)}) to {entry.path}"
+    _moved(out, entry, f"{verb} {moved}", "sessions detached, archived and pinned marks removed")
     if not result.dry_run:
         out.line(f"restore with: dsh-fork restore {entry.name}")
 
@@ -89,21 +92,14 @@ def _render_empty(out: Out, result: EmptyResult) -> None:
 def _render_restore(out: Out, result: RestoreResult) -> None:
     entry = result.entry
     verb = "would restore" if result.dry_run else "restored"
-    _sessions(
-        out,
-        entry,
-        f"{verb} {counted(len(entry.sessions), 'session')} of {entry.name} to {entry.root}",
-    )
-    _registry_line(out, entry, "sessions re-attached, archived and pinned marks back")
+    moved = f"{counted(len(entry.sessions), 'session')} of {entry.name} to {entry.root}"
+    _moved(out, entry, f"{verb} {moved}", "sessions re-attached, archived and pinned marks back")
 
 
 @app.command("trash", short_help="Move sessions with their family to the trash (undo: restore).")
 def trash_command(
-    sessions: list[str] | None = typer.Argument(
-        None,
-        metavar="[SESSION]...",
-        help="Sessions to trash (id or unique prefix, dir or log).",
-        autocompletion=complete_session,
+    sessions: list[str] | None = sessions_argument(
+        "Sessions to trash (id or unique prefix, dir or log)."
     ),
     with_forks: bool = typer.Option(
         False, "--with-forks", help="Also trash their forks (and the forks' families)."
@@ -111,15 +107,15 @@ def trash_command(
     force: bool = typer.Option(
         False, "--force", help="Trash a subagent whose parent stays in the root."
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would move; move nothing."),
+    dry_run: bool = dry_run_option("Say what would move; move nothing."),
     list_mode: bool = typer.Option(False, "--list", help="Show what is in the trash."),
     empty_mode: bool = typer.Option(False, "--empty", help="Delete the trash's entries for good."),
     older_than: str | None = typer.Option(
         None, "--older-than", metavar="AGE", help="With --empty: only entries older (7d, 12h)."
     ),
     yes: bool = typer.Option(False, "--yes", help="With --empty: do not ask (needed off a tty)."),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Move each SESSION with its subagents and copies (and, with --with-forks, its forks)
     out of the root into <home>/dsh-fork-trash/<time>-<id>/, by one rename per session dir;
@@ -171,9 +167,9 @@ def restore_command(
     what: str = typer.Argument(
         ..., metavar="ENTRY|SESSION", help="A trash entry's name, or a session id it holds."
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would move; move nothing."),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    dry_run: bool = dry_run_option("Say what would move; move nothing."),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Move every session of a trash entry back where it was (refused when one of its ids
     exists in the root again) and re-attach them to their workspaces.

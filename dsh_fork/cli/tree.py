@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING
 import typer
 
 from .base import (
-    JSON_HELP,
-    ROOT_HELP,
     Out,
     app,
     emit,
     family_argument,
     printable,
     root_of,
-    run,
 )
+from .options import json_option, root_option
+from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..lineage import Lineage, Node
@@ -95,8 +94,8 @@ def tree_command(
         metavar="N",
         help="Only N levels below each top (0: the tops); a cut node says how many are below.",
     ),
-    json_mode: bool = typer.Option(False, "--json", help=JSON_HELP),
-    root: str | None = typer.Option(None, "--root", help=ROOT_HELP, metavar="PATH"),
+    json_mode: bool = json_option(),
+    root: str | None = root_option(),
 ) -> None:
     """Show forks, subagents and copies as a tree (read-only).
 
@@ -120,16 +119,14 @@ def _tree(
     out = Out(json_mode)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    from .progress import meter
 
-    with meter(out) as bar:
-        lineage = run(
-            out,
-            lambda: porcelain.tree(
-                ctx, session, fmt=fmt.value, as_json=json_mode, depth=depth, progress=bar
-            ),
-            where=ctx.root,
-        )
+    lineage = metered(
+        out,
+        lambda bar: porcelain.tree(
+            ctx, session, fmt=fmt.value, as_json=json_mode, depth=depth, progress=bar
+        ),
+        where=ctx.root,
+    )
     if fmt is Format.text:
         emit(out, lineage, _render)
         return
