@@ -36,7 +36,7 @@ from .layout import encode_segment, is_absolute_cwd, project_dir_name
 from .model import Facts
 from .reader import header_line
 from .records import Header, parse_header
-from .sessionlog import FramedLog
+from .sessionlog import Committed, FramedLog
 from .source import FileBytes, identity_of, stale
 from .tarstream import Compression, Entry, Source, TarReader
 
@@ -555,14 +555,11 @@ def check_log(member: Member, where: str) -> CheckedLog:
         generation = Generation(Path(label), SUPPORTED_VERSION, "zstd")
         identity = (0, 0, len(data), 0, 0)
         held = b"" if isinstance(data, SpoolBytes) else data
+        committed = Committed(
+            generation, held, identity, header, scan.frames[0].end, scan.frames[1:], None
+        )
         log = FramedLog(
-            generation,
-            held,
-            identity,
-            header,
-            scan.frames[0].end,
-            scan.frames[1:],
-            None,
+            committed,
             wanted=FACT_TYPES,
             source=data if isinstance(data, SpoolBytes) else None,
         )

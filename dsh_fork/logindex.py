@@ -246,7 +246,7 @@ def _index_frames(
                     collected.append(ev)
             chunks.append(Chunk((frame,), seq, count, i))
             seq += count
-    for ev in _run_events(data, frames[rest:], rest, seq, where, chunks):
+    for ev in _run_events(_line_runs(data, frames[rest:], rest, seq, where, chunks), where):
         if ev.type in wanted and ev.seq >= collect_from:
             collected.append(ev)
     return chunks, collected
@@ -339,16 +339,10 @@ def _run_error(error: CorruptLog, lines: list[bytes], k: int, where: str) -> Cor
     return error
 
 
-def _run_events(
-    data: zframes.Data,
-    frames: tuple[zframes.Frame, ...],
-    first_index: int,
-    first_seq: int,
-    where: str,
-    chunks: list[Chunk],
-) -> Iterator[Event]:
-    """Every event of ``frames``, parsed and checked in order, their chunks appended."""
-    for k, first, lines in _line_runs(data, frames, first_index, first_seq, where, chunks):
+def _run_events(runs: Iterator[tuple[int, int, list[bytes]]], where: str) -> Iterator[Event]:
+    """Every event of the runs of ``_line_runs`` (which appends their chunks), parsed and
+    checked in order."""
+    for k, first, lines in runs:
         try:
             for seq, line in enumerate(lines, first):
                 yield parse_event(line, seq, where=where)

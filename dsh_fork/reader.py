@@ -30,7 +30,7 @@ from .generations import (
 )
 from .logindex import Chunk, TornTail
 from .records import Header, LineError, parse_event, parse_header, parse_line, split_lines
-from .sessionlog import FramedLog, Identity, PackedLog, SessionLog
+from .sessionlog import Committed, FramedLog, Identity, PackedLog, SessionLog
 from .source import FileBytes, identity_of
 
 _NO_HEADER_FRAME = "{where}: no complete frame: an empty or header-less log"
@@ -240,16 +240,15 @@ def open_log(
         if header_end == -1:
             raise CorruptLog(f"{where}: no complete header line", path=where)
         header = parse_header(data[:header_end], generation.version, where=where)
-        committed = data.rfind(b"\n") + 1
+        end = data.rfind(b"\n") + 1
         torn = None
-        if committed < len(data):
-            torn = TornTail(committed, len(data) - committed, ())
-        body = data[header_end + 1 : committed]
+        if end < len(data):
+            torn = TornTail(end, len(data) - end, ())
+        body = data[header_end + 1 : end]
+        committed = Committed(generation, data, identity, header, header_end + 1, (), torn)
         if generation.version < 2:
-            return PackedLog(
-                generation, data, identity, header, header_end + 1, (), torn, body, wanted=wanted
-            )
-        framed = FramedLog(generation, data, identity, header, header_end + 1, (), torn)
+            return PackedLog(committed, body, wanted=wanted)
+        framed = FramedLog(committed)
         lines = split_lines(body, where=where)
         collected = []
         for offset, line in enumerate(lines):
@@ -263,39 +262,14 @@ def open_log(
         raise CorruptLog(_NO_HEADER_FRAME.format(where=where), path=where)
     header_line = _header_line(data, scan.frames[0], where)
     header = parse_header(header_line, generation.version, where=where)
-    torn = None
-    if scan.torn_start is not None:
-        tail = zframes.decode_torn(data, scan.torn_start, len(scan.frames))
-        complete = tail[: tail.rfind(b"\n") + 1]
-        lines_ = tuple(complete[:-1].split(b"\n")) if complete else ()
-        torn = TornTail(scan.torn_start, scan.size - scan.torn_start, lines_)
     body_frames = scan.frames[1:]
-    header_end = scan.frames[0].end
+    committed = Committed(
+        generation, data, identity, header, scan.frames[0].end, body_frames, _torn(data, scan)
+    )
     if generation.version < 2:
         plaintexts = zframes.decode_many(data, body_frames, 1, zframes.MAX_WHOLE_PLAINTEXT)
-        plaintext = b"".join(plaintexts)
-        return PackedLog(
-            generation,
-            data,
-            identity,
-            header,
-            header_end,
-            body_frames,
-            torn,
-            plaintext,
-            wanted=wanted,
-        )
-    framed = FramedLog(
-        generation,
-        data,
-        identity,
-        header,
-        header_end,
-        body_frames,
-        torn,
-        wanted=wanted,
-        collect_from=collect_from,
-    )
+        return PackedLog(committed, b"".join(plaintexts), wanted=wanted)
+    framed = FramedLog(committed, wanted=wanted, collect_from=collect_from)
     if index:
         framed.build_index()
     return framed
@@ -345,6 +319,17 @@ def open_streamed(generation: Generation, wanted: frozenset[str]) -> FramedLog:
     raise SessionStale(f"{path} changed while it was being read", path=str(path))
 
 
+def _torn(data: zframes.Data, scan: zframes.FrameScan) -> TornTail | None:
+    """The torn tail after the last complete frame, with the whole lines DSH recovers of it
+    (the lines a torn tail still holds whole), or None."""
+    if scan.torn_start is None:
+        return None
+    tail = zframes.decode_torn(data, scan.torn_start, len(scan.frames))
+    complete = tail[: tail.rfind(b"\n") + 1]
+    lines = tuple(complete[:-1].split(b"\n")) if complete else ()
+    return TornTail(scan.torn_start, scan.size - scan.torn_start, lines)
+
+
 def _index_streamed(generation: Generation, source: FileBytes, wanted: frozenset[str]) -> FramedLog:
     where = str(generation.path)
     scan = zframes.scan_file(source)
@@ -353,22 +338,15 @@ def _index_streamed(generation: Generation, source: FileBytes, wanted: frozenset
     header = parse_header(
         _header_line(source, scan.frames[0], where), generation.version, where=where
     )
-    torn = None
-    if scan.torn_start is not None:
-        tail = zframes.decode_torn(source, scan.torn_start, len(scan.frames))
-        complete = tail[: tail.rfind(b"\n") + 1]
-        lines = tuple(complete[:-1].split(b"\n")) if complete else ()
-        torn = TornTail(scan.torn_start, scan.size - scan.torn_start, lines)
-    framed = FramedLog(
+    committed = Committed(
         generation,
         b"",
         source.identity,
         header,
         scan.frames[0].end,
         scan.frames[1:],
-        torn,
-        wanted=wanted,
-        source=source,
+        _torn(source, scan),
     )
+    framed = FramedLog(committed, wanted=wanted, source=source)
     framed.build_index()
     return framed

@@ -33,7 +33,7 @@ from .model import TURN_TYPES, derive
 from .reader import header_line, open_log, stable_read
 from .records import parse_event, parse_header
 from .results import Documented
-from .sessionlog import FramedLog, SessionLog
+from .sessionlog import Committed, FramedLog, SessionLog
 
 MAX_SALVAGE_BYTES = 32 << 20
 """Salvage reads a log whole (and holds the readable prefix beside it): larger ones are
@@ -83,16 +83,10 @@ class _Readable(Struct):
             generation.version,
             where=str(generation.path),
         )
-        log = FramedLog(
-            generation,
-            self.data,
-            self.identity,
-            header,
-            self.header_end,
-            scan.frames[1:],
-            None,
-            wanted=frozenset(collect),
+        committed = Committed(
+            generation, self.data, self.identity, header, self.header_end, scan.frames[1:], None
         )
+        log = FramedLog(committed, wanted=frozenset(collect))
         log.build_index()
         return log
 

@@ -14,6 +14,7 @@ prefix of a fork, the torn tail DSH would truncate.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -37,27 +38,33 @@ from .source import FileBytes, FileRun
 Identity = tuple[int, int, int, int, int]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Committed:
+    """What opening a generation file found, handed whole to the representation that reads
+    it (``PackedLog`` or ``FramedLog``): one value, so the list is written once."""
+
+    generation: Generation
+    data: bytes
+    identity: Identity
+    header: Header
+    header_end: int
+    body_frames: tuple[zframes.Frame, ...]
+    """Every complete frame after the header frame (empty for a plain log)."""
+    torn: TornTail | None
+
+
 class SessionLog(abc.ABC):
     """The committed part of one generation file (plus what DSH recovers of a torn tail)."""
 
-    def __init__(
-        self,
-        generation: Generation,
-        data: bytes,
-        identity: Identity,
-        header: Header,
-        header_end: int,
-        body_frames: tuple[zframes.Frame, ...],
-        torn: TornTail | None,
-    ) -> None:
-        self.generation = generation
-        self.data = data
-        self.identity = identity
-        self.header = header
-        self.header_end = header_end
-        self.body_frames = body_frames
+    def __init__(self, committed: Committed) -> None:
+        self.generation = committed.generation
+        self.data = committed.data
+        self.identity = committed.identity
+        self.header = committed.header
+        self.header_end = committed.header_end
+        self.body_frames = committed.body_frames
         """Every complete frame after the header frame (empty for a plain log)."""
-        self.torn = torn
+        self.torn = committed.torn
         self.collected: list[Event] = []
 
     @property
@@ -143,19 +150,10 @@ class PackedLog(SessionLog):
     """A v0/v1 log: packed rows expanded into events once (format §9)."""
 
     def __init__(
-        self,
-        generation: Generation,
-        data: bytes,
-        identity: Identity,
-        header: Header,
-        header_end: int,
-        body_frames: tuple[zframes.Frame, ...],
-        torn: TornTail | None,
-        body: bytes,
-        *,
-        wanted: frozenset[str] = frozenset(),
+        self, committed: Committed, body: bytes, *, wanted: frozenset[str] = frozenset()
     ) -> None:
-        super().__init__(generation, data, identity, header, header_end, body_frames, torn)
+        super().__init__(committed)
+        torn, header = committed.torn, committed.header
         where = self.where
         events: list[Event] = []
         for line in split_lines(body, where=where):
@@ -214,22 +212,16 @@ class FramedLog(SessionLog):
 
     def __init__(
         self,
-        generation: Generation,
-        data: bytes,
-        identity: Identity,
-        header: Header,
-        header_end: int,
-        body_frames: tuple[zframes.Frame, ...],
-        torn: TornTail | None,
+        committed: Committed,
         *,
         wanted: frozenset[str] = frozenset(),
         source: FileBytes | None = None,
         collect_from: int = 0,
     ) -> None:
-        super().__init__(generation, data, identity, header, header_end, body_frames, torn)
+        super().__init__(committed)
         self.source = source
         """The open file, when the log is read on demand (``open_log(stream=True)``)."""
-        self._src: zframes.Data = data if source is None else source
+        self._src: zframes.Data = committed.data if source is None else source
         self._index: FrameIndex | None = None
         self._wanted = wanted
         self._collect_from = collect_from
@@ -306,9 +298,10 @@ class FramedLog(SessionLog):
         ``first_seq``; each run's ``Chunk`` is appended to ``chunks`` once its events are out.
         For a pass split between processes (``inspect``); ``tail_events`` and ``adopt_index``
         end it."""
-        yield from _run_events(
+        runs = _line_runs(
             self._src, self.pending_frames[start:stop], start, first_seq, self.where, chunks
         )
+        yield from _run_events(runs, self.where)
 
     def fold_parts(
         self,
