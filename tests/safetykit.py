@@ -474,6 +474,9 @@ def original_lines(root: Path) -> dict[str, list[bytes]]:
     return out
 
 
+PEAK_LINE = "PEAK_RSS_KB="
+"""How a measured child's last line on stderr begins (``peaked_run``)."""
+
 _PEAK = (  # the peak is written when main returns or exits
     "import runpy, sys\n"
     "sys.argv = ['dsh-fork', *sys.argv[1:]]\n"
@@ -499,15 +502,31 @@ def peak_rss_run(
     peak RSS in MB). That is the image's own high-water mark (``VmHWM``): Linux starts
     ``ru_maxrss`` at the size of the process the child was forked from, and a long test run
     makes that the test process."""
+    command = [sys.executable, "-c", _PEAK, *map(str, args)]
+    return peaked_run(command, timeout=timeout, env=env, preexec_fn=limit)
+
+
+def peaked_run(
+    command: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    stdin: int | None = None,
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``command``, a script that writes ``PEAK_RSS_KB=<kB>`` on stderr as it ends, run in a
+    child; (the run, that peak in MB). A run that wrote no peak fails the test with its
+    stderr."""
     done = subprocess.run(
-        [sys.executable, "-c", _PEAK, *map(str, args)],
+        command,
         check=False,
         capture_output=True,
         text=True,
         timeout=timeout,
         env=env,
-        preexec_fn=limit,
+        preexec_fn=preexec_fn,
+        stdin=stdin,
     )
-    peaks = [line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB=")]
+    peaks = [line for line in done.stderr.splitlines() if line.startswith(PEAK_LINE)]
     assert peaks, done.stderr
     return done, int(peaks[-1].split("=")[1]) / 1024

@@ -13,7 +13,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import subprocess
 import sys
 import tarfile
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from conftest import run_cli
+from safetykit import PEAK_LINE, peaked_run
 
 from dsh_fork.fixtures import generate
 
@@ -62,18 +62,10 @@ LIMITED = textwrap.dedent(
 
 def limited(*args: str | Path, stdin: int | None = None) -> tuple[int, str, float]:
     """The CLI in a child with a capped address space: exit code, stderr, peak RSS in MB."""
-    done = subprocess.run(
-        [sys.executable, "-c", LIMITED, str(HEADROOM_MIB), *map(str, args)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        stdin=stdin,
-    )
-    peaks = [line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB=")]
-    assert peaks, done.stderr
-    errors = [line for line in done.stderr.splitlines() if not line.startswith("PEAK_RSS_KB=")]
-    return done.returncode, "\n".join(errors), int(peaks[-1].split("=")[1]) / 1024
+    command = [sys.executable, "-c", LIMITED, str(HEADROOM_MIB), *map(str, args)]
+    done, peak = peaked_run(command, timeout=TIMEOUT, stdin=stdin)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith(PEAK_LINE)]
+    return done.returncode, "\n".join(errors), peak
 
 
 def rle_frame(size: int, byte: bytes = b"\x00") -> bytes:

@@ -23,7 +23,7 @@ from pathlib import Path
 import cli_launcher
 import pytest
 from conftest import log_lines, run_cli, tree_digest
-from userkit import as_user
+from userkit import NOBODY, as_user
 
 import dsh_fork
 from dsh_fork.errors import DshForkError
@@ -179,9 +179,6 @@ def test_an_unknown_format_is_a_usage_error(source: tuple[Path, str], tmp_path: 
 
     assert result.exit_code == 2
     assert "use zst, gz, xz, bz2 or tar" in result.stderr
-
-
-NOBODY = 65534
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")

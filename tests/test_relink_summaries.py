@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from relinkkit import CWD, fork_of, subagent
-from test_safety_attacks import NOBODY, PROJECT, _can_switch_user, shared_tree
-from userkit import cli_as
+from test_safety_attacks import PROJECT, _can_switch_user, shared_tree
+from userkit import NOBODY, cli_as
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, SessionSpec

@@ -18,7 +18,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 from conftest import log_events, log_header, run_cli, tree_digest
 from relinkkit import CWD, plugin_scenario
 from safetykit import count, peak_rss_run
-from userkit import as_user, cli_as
+from userkit import NOBODY, as_user, cli_as, nobodys_root
 
 from dsh_fork import frames as zframes
 from dsh_fork.cli.base import Out, run
@@ -451,27 +450,18 @@ def _can_switch_user() -> bool:
     return os.geteuid() == 0 and hasattr(os, "setuid")
 
 
-NOBODY = 65534
-
-
 @pytest.fixture
 def shared_tree() -> Iterator[Path]:
     """A root any user can reach (pytest's tmp dirs are private to root), owned by nobody."""
-    base = Path(tempfile.mkdtemp(prefix="dsh-fork-nobody-"))
-    base.chmod(0o755)
-    root = base / "sessions"
-    plugin_scenario(root, Clock(), children=3)
-    other = SessionSpec(id="session-unrelated", created_at=10, cwd="/home/u/other")
-    other.turn(Clock())
-    other.publish(root)
-    for dirpath, dirnames, filenames in os.walk(base):
-        for name in [*dirnames, *filenames]:
-            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
-    os.chown(base, NOBODY, NOBODY)
-    try:
+
+    def fill(root: Path) -> None:
+        plugin_scenario(root, Clock(), children=3)
+        other = SessionSpec(id="session-unrelated", created_at=10, cwd="/home/u/other")
+        other.turn(Clock())
+        other.publish(root)
+
+    with nobodys_root("dsh-fork-nobody-", fill, base_too=True) as root:
         yield root
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.skipif(not _can_switch_user(), reason="needs root to run commands as another user")

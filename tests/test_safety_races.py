@@ -71,6 +71,22 @@ class ProjectSwap:
             os.rename(self.aside, self.project)
 
 
+def fork_into_child(tree: Path) -> None:
+    """The fork each race is run against: SOURCE at its end into CHILD, without agents."""
+    fork_session(SOURCE, str(tree), at=None, child_id=CHILD, agents=False, dry_run=False)
+
+
+def lost_race(swap: ProjectSwap, action: Callable[[], object]) -> DshForkError:
+    """The error ``action`` fails with while ``swap`` races it; the swap is undone after,
+    whatever happened."""
+    try:
+        with pytest.raises(DshForkError) as caught:
+            action()
+    finally:
+        swap.undo()
+    return caught.value
+
+
 @pytest.fixture
 def tree(root: Path) -> Iterator[Path]:
     plugin_scenario(root, Clock(), children=1)
@@ -94,15 +110,11 @@ def test_a_fork_that_lost_a_swap_race_leaves_no_child_dir_behind(
     swap = ProjectSwap(tree, outside, step)
     monkeypatch.setattr(faults, "step", swap.hook(faults.step))
 
-    try:
-        with pytest.raises(DshForkError) as caught:
-            fork_session(SOURCE, str(tree), at=None, child_id=CHILD, agents=False, dry_run=False)
-    finally:
-        swap.undo()
+    error = lost_race(swap, lambda: fork_into_child(tree))
 
     assert swap.swapped
-    assert caught.value.code == "SESSION_STALE"
-    assert caught.value.exit_code == 7
+    assert error.code == "SESSION_STALE"
+    assert error.exit_code == 7
     assert tree_of(outside) == {}
     assert not (tree / PROJECT / encode_segment(CHILD)).exists()
     assert tree_of(tree) == before
@@ -121,13 +133,9 @@ def test_a_dir_the_fork_did_not_make_is_left_in_place(
     swap = ProjectSwap(tree, outside, "create")
     monkeypatch.setattr(faults, "step", swap.hook(faults.step))
 
-    try:
-        with pytest.raises(DshForkError) as caught:
-            fork_session(SOURCE, str(tree), at=None, child_id=CHILD, agents=False, dry_run=False)
-    finally:
-        swap.undo()
+    error = lost_race(swap, lambda: fork_into_child(tree))
 
-    assert caught.value.code == "SESSION_STALE"
+    assert error.code == "SESSION_STALE"
     assert child_dir.is_dir()
     assert tree_of(outside) == {}
 
@@ -149,13 +157,9 @@ def test_an_import_that_lost_a_swap_race_leaves_no_session_dir_behind(
     swap = ProjectSwap(target, outside, "create", project)
     monkeypatch.setattr(faults, "step", swap.hook(faults.step))
 
-    try:
-        with pytest.raises(DshForkError) as caught:
-            import_bundle(str(archive), str(target), workspace=False)
-    finally:
-        swap.undo()
+    error = lost_race(swap, lambda: import_bundle(str(archive), str(target), workspace=False))
 
     assert swap.swapped
-    assert caught.value.code == "SESSION_STALE"
+    assert error.code == "SESSION_STALE"
     assert tree_of(outside) == {}
     assert tree_of(target) == {project: ("drwx------", b"")}

@@ -12,7 +12,6 @@ import pkgutil
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 from conftest import run_cli
 from relinkkit import CWD, plugin_scenario
 from safetykit import count
-from userkit import cli_as
+from userkit import NOBODY, cli_as, nobodys_root
 
 import dsh_fork
 from dsh_fork.fixtures import Clock
@@ -29,7 +28,6 @@ from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import project_key
 
 PROJECT = project_key(CWD)
-NOBODY = 65534
 TIMEOUT = 60
 
 
@@ -149,17 +147,10 @@ def as_nobody(*args: str | Path) -> tuple[int, str, str]:
 @pytest.fixture
 def shared_tree() -> Iterator[Path]:
     """A root any user can reach (pytest's tmp dirs are private to root), owned by nobody."""
-    base = Path(tempfile.mkdtemp(prefix="dsh-fork-rows-"))
-    base.chmod(0o755)
-    root = base / "sessions"
-    plugin_scenario(root, Clock(), children=3)
-    for dirpath, dirnames, filenames in os.walk(base):
-        for name in [*dirnames, *filenames]:
-            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
-    try:
+    with nobodys_root(
+        "dsh-fork-rows-", lambda root: plugin_scenario(root, Clock(), children=3)
+    ) as root:
         yield root
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")

@@ -49,6 +49,25 @@ def hits_of(root: Path, *args: str) -> dict[str, Any]:
     return data
 
 
+def said(
+    root: Path,
+    clock: Clock,
+    session_id: str,
+    *messages: str,
+    title: str | None = None,
+    **header: Any,
+) -> None:
+    """A session published in ``root`` whose turns say ``messages`` (titled ``title`` after
+    them), in one write batch."""
+    spec = SessionSpec(id=session_id, created_at=clock(), **header)
+    for message in messages:
+        spec.turn(clock, message)
+    if title is not None:
+        spec.title(clock, title)
+    spec.flush()
+    spec.publish(root)
+
+
 @pytest.fixture
 def family_root(root: Path) -> Path:
     """Top-level trees with two subagents each, a fork of each top relinked (so every fork
@@ -108,11 +127,7 @@ def test_a_fork_whose_source_is_gone_is_searched_whole(family_root: Path) -> Non
 
 
 def test_smart_case_and_scopes(root: Path, clock: Clock) -> None:
-    spec = SessionSpec(id="session-case", created_at=clock())
-    spec.turn(clock, "Deploy the Parser today")
-    spec.title(clock, "parser work")
-    spec.flush()
-    spec.publish(root)
+    said(root, clock, "session-case", "Deploy the Parser today", title="parser work")
     assert hits_of(root, "parser")["total"] == 2  # the user message and the title
     assert hits_of(root, "Parser")["total"] == 1
     assert hits_of(root, "PARSER")["total"] == 0
@@ -147,19 +162,13 @@ def test_text_is_matched_as_decoded(root: Path, clock: Clock) -> None:
 
 
 def test_ignoring_case_takes_the_letters_that_fold_to_ascii(root: Path, clock: Clock) -> None:
-    spec = SessionSpec(id="session-kelvin", created_at=clock())
-    spec.turn(clock, "cooled to 4 \u212aelvin")  # KELVIN SIGN, which matches k ignoring case
-    spec.publish(root)
+    said(root, clock, "session-kelvin", "cooled to 4 \u212aelvin")  # KELVIN SIGN: k ignoring case
     assert hits_of(root, "kelvin")["total"] == 1
     assert hits_of(root, "Kelvin")["total"] == 0
 
 
 def test_a_regex_and_a_bad_one(root: Path, clock: Clock) -> None:
-    spec = SessionSpec(id="session-regex", created_at=clock())
-    spec.turn(clock, "timeout after 250 ms")
-    spec.turn(clock, "timeout after many ms")
-    spec.flush()
-    spec.publish(root)
+    said(root, clock, "session-regex", "timeout after 250 ms", "timeout after many ms")
     data = hits_of(root, r"timeout after \d+ ms", "--regex", "--in", "user")
     assert [h["turn"] for h in data["hits"]] == [1]
     bad = run_cli("search", "--root", root, "(", "--regex")
@@ -229,9 +238,7 @@ def test_the_tokens_a_line_must_hold() -> None:
 
 
 def test_usage_errors(root: Path, clock: Clock) -> None:
-    spec = SessionSpec(id="session-x", created_at=clock())
-    spec.turn(clock, "x")
-    spec.publish(root)
+    said(root, clock, "session-x", "x")
     assert run_cli("search", "--root", root, "x", "--in", "nowhere").exit_code == 2
     assert run_cli("search", "--root", root, "").exit_code == 2
     assert run_cli("search", "--root", root / "missing", "x").exit_code == 2
@@ -240,9 +247,7 @@ def test_usage_errors(root: Path, clock: Clock) -> None:
 
 def test_project_and_since_choose_the_sessions_searched(root: Path, clock: Clock) -> None:
     for name, cwd in (("session-here", "/work/here"), ("session-there", "/work/there")):
-        spec = SessionSpec(id=name, created_at=clock(), cwd=cwd)
-        spec.turn(clock, "shared words")
-        spec.publish(root)
+        said(root, clock, name, "shared words", cwd=cwd)
     old = root / project_dir_name("/work/there") / "session-there"
     for log in old.iterdir():
         os.utime(log, (1_600_000_000, 1_600_000_000))  # 2020: before any --since below
@@ -255,10 +260,7 @@ def test_project_and_since_choose_the_sessions_searched(root: Path, clock: Clock
 
 
 def test_limit_lists_the_first_hits_and_counts_them_all(root: Path, clock: Clock) -> None:
-    spec = SessionSpec(id="session-many", created_at=clock())
-    for _ in range(5):
-        spec.turn(clock, "again and again")
-    spec.publish(root)
+    said(root, clock, "session-many", *["again and again"] * 5)
     result = run_cli("search", "--root", root, "again", "--limit", "2", "--json")
     assert result.exit_code == 0
     data = result.json()

@@ -3,10 +3,13 @@ killed if it hangs (the tests of sessions a user cannot read)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,31 @@ from dsh_fork.cli.app import app
 
 TIMEOUT = 60
 """Seconds a child may run before it is killed and the test fails."""
+
+NOBODY = 65534
+"""The user the tests run commands as (and give shared roots to)."""
+
+
+@contextlib.contextmanager
+def nobodys_root(
+    prefix: str, fill: Callable[[Path], object], *, base_too: bool = False
+) -> Iterator[Path]:
+    """A sessions root any user can reach (pytest's tmp dirs are private to root): made by
+    ``fill``, then every file and dir under its base given to nobody (the base itself too
+    with ``base_too``); removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    root = base / "sessions"
+    fill(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in [*dirnames, *filenames]:
+            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
+    if base_too:
+        os.chown(base, NOBODY, NOBODY)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def as_user(uid: int, action: Callable[[], Any]) -> Any:
