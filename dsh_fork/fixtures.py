@@ -594,7 +594,9 @@ def generate(
     tops: list[SessionSpec] = []
     leaves: list[SessionSpec] = []
     cwd_of = _project_folders(out_root) if workspaces else _plain_cwd
-    progress.stage("sessions written")
+    progress.stage(
+        "sessions written", _count(sessions, old_generation, agents, depth, turns, legacy)
+    )
     for i in range(sessions):
         spec = SessionSpec(id=tree.ids(), created_at=tree.clock(), cwd=cwd_of(f"project-{i}"))
         top_level.append(spec.id)
@@ -636,6 +638,17 @@ def generate(
         torn_tails=torn,
         registry=registry,
     )
+
+
+def _count(sessions: int, old: int, agents: int, depth: int, turns: int, legacy: bool) -> int:
+    """How many sessions ``generate`` writes before its forks, known before the first is
+    built (the progress total): each tree has ``agents ** level`` sessions at each level; a
+    legacy fork holds the fork child and a copy of each direct child that ended a turn."""
+    tree, width = 0, 1
+    for _ in range(depth + 1):
+        tree, width = tree + width, width * agents
+    forked = 1 + (agents if turns else 0) if legacy and agents and depth else 0
+    return sessions * (tree + forked) + old * tree
 
 
 def _write_tree(
