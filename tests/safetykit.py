@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dsh_fork import frames as zframes
 from dsh_fork.durable import is_own_temp
@@ -507,26 +508,12 @@ def peak_rss_run(
 
 
 def peaked_run(
-    command: Sequence[str],
-    *,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    preexec_fn: Callable[[], None] | None = None,
-    stdin: int | None = None,
+    command: Sequence[str], **options: Any
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     """``command``, a script that writes ``PEAK_RSS_KB=<kB>`` on stderr as it ends, run in a
-    child; (the run, that peak in MB). A run that wrote no peak fails the test with its
-    stderr."""
-    done = subprocess.run(
-        command,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        preexec_fn=preexec_fn,
-        stdin=stdin,
-    )
+    child (``subprocess.run`` ``options``: timeout, env, preexec_fn, stdin); (the run, that
+    peak in MB). A run that wrote no peak fails the test with its stderr."""
+    done = subprocess.run(command, check=False, capture_output=True, text=True, **options)
     peaks = [line for line in done.stderr.splitlines() if line.startswith(PEAK_LINE)]
     assert peaks, done.stderr
     return done, int(peaks[-1].split("=")[1]) / 1024

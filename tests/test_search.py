@@ -49,22 +49,11 @@ def hits_of(root: Path, *args: str) -> dict[str, Any]:
     return data
 
 
-def said(
-    root: Path,
-    clock: Clock,
-    session_id: str,
-    *messages: str,
-    title: str | None = None,
-    **header: Any,
-) -> None:
-    """A session published in ``root`` whose turns say ``messages`` (titled ``title`` after
-    them), in one write batch."""
+def said(root: Path, clock: Clock, session_id: str, *messages: str, **header: Any) -> None:
+    """A session published in ``root`` whose turns say ``messages``."""
     spec = SessionSpec(id=session_id, created_at=clock(), **header)
     for message in messages:
         spec.turn(clock, message)
-    if title is not None:
-        spec.title(clock, title)
-    spec.flush()
     spec.publish(root)
 
 
@@ -127,7 +116,10 @@ def test_a_fork_whose_source_is_gone_is_searched_whole(family_root: Path) -> Non
 
 
 def test_smart_case_and_scopes(root: Path, clock: Clock) -> None:
-    said(root, clock, "session-case", "Deploy the Parser today", title="parser work")
+    spec = SessionSpec(id="session-case", created_at=clock())
+    spec.turn(clock, "Deploy the Parser today")
+    spec.title(clock, "parser work")
+    spec.publish(root)
     assert hits_of(root, "parser")["total"] == 2  # the user message and the title
     assert hits_of(root, "Parser")["total"] == 1
     assert hits_of(root, "PARSER")["total"] == 0
