@@ -64,14 +64,21 @@ def plain(value: msgspec.Struct) -> dict[str, Any]:
     return cast(dict[str, Any], msgspec.to_builtins(value, enc_hook=listed))
 
 
-class ReadOnly(Documented):
-    """A result that is read in one go: it succeeds whole or fails with one error, so it is
-    never partial (a session it cannot read is an item of the result, named there)."""
+class Whole(Documented):
+    """A result that succeeds whole or fails with one typed error: there are no failed items
+    to report beside it, so it is never partial."""
 
     __slots__ = ()
 
     def partial(self) -> Partial | None:
         return None
+
+
+class ReadOnly(Whole):
+    """A result that is read in one go, whole (a session it cannot read is an item of the
+    result, named there)."""
+
+    __slots__ = ()
 
 
 def document_of(

@@ -47,7 +47,7 @@ from .generations import dir_bytes
 from .ids import now_ms
 from .kinds import KindRule
 from .locking import running
-from .results import SCHEMA_VERSION, Documented
+from .results import SCHEMA_VERSION, Documented, Whole
 from .times import iso_ms
 
 TRASH_DIR = "dsh-fork-trash"
@@ -147,14 +147,11 @@ class Entry(Documented, Struct):
         return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-class TrashResult(Documented, Struct):
+class TrashResult(Whole, Struct):
     entry: Entry
     dry_run: bool
     forks_left: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-    def partial(self) -> None:
-        return None
 
     def to_document(self) -> docs.TrashDocument:
         return docs.TrashDocument(
@@ -165,13 +162,10 @@ class TrashResult(Documented, Struct):
         )
 
 
-class TrashList(Documented, Struct):
+class TrashList(Whole, Struct):
     trash: str
     entries: list[Entry]
     warnings: list[str] = field(default_factory=list)
-
-    def partial(self) -> None:
-        return None
 
     def to_document(self) -> docs.TrashListDocument:
         return docs.TrashListDocument(
@@ -181,15 +175,12 @@ class TrashList(Documented, Struct):
         )
 
 
-class EmptyResult(Documented, Struct):
+class EmptyResult(Whole, Struct):
     trash: str
     removed: list[Entry]
     kept: int
     dry_run: bool
     warnings: list[str] = field(default_factory=list)
-
-    def partial(self) -> None:
-        return None
 
     def to_document(self) -> docs.TrashEmptyDocument:
         return docs.TrashEmptyDocument(
@@ -202,13 +193,10 @@ class EmptyResult(Documented, Struct):
         )
 
 
-class RestoreResult(Documented, Struct):
+class RestoreResult(Whole, Struct):
     entry: Entry
     dry_run: bool
     warnings: list[str] = field(default_factory=list)
-
-    def partial(self) -> None:
-        return None
 
     def to_document(self) -> docs.RestoreDocument:
         return docs.RestoreDocument(
