@@ -303,6 +303,7 @@ def relink(
     progress: Progress = SILENT,
     refresh: bool = True,
     opener: Opener = _open,
+    generation: Generation | None = None,
 ) -> RelinkSummary:
     """Copy the subagent trees of C's fork chain under the fork child C (semantics §4).
 
@@ -316,9 +317,12 @@ def relink(
     ``refresh=False``: plan against the root's listing as it is, without looking for sessions
     published since it was made (``doctor``'s dry run judges every fork against the one
     listing it reports on, and would otherwise walk every project dir again per fork).
-    ``opener``: how a candidate's log is read (``Opener``).
+    ``opener``: how a candidate's log is read (``Opener``). ``generation``: C's current
+    generation as the caller found it (the lookup, the listing), so C's dir is not listed
+    again for it; the read of C under its lock re-lists the dir (format §13).
     """
-    generation = current_generation(fork_child_dir)
+    if generation is None:
+        generation = current_generation(fork_child_dir)
     if generation is None:
         raise SessionNotFound(f"{fork_child_dir} holds no session log", path=str(fork_child_dir))
     header = read_header(generation)
@@ -483,6 +487,7 @@ def relink_all(
             summary = relink(
                 root,
                 entry.session_dir,
+                generation=entry.generation,
                 dry_run=dry_run,
                 oplog_path=oplog_path,
                 clock=clock,
@@ -562,6 +567,7 @@ def relink_arg(
     summary = relink(
         located.root,
         located.session_dir,
+        generation=located.generation,
         dry_run=dry_run,
         oplog_path=layout.oplog_path(root_option, env),
         progress=progress,
