@@ -495,7 +495,8 @@ ROOT_GOALS = {"list": 1.2, "doctor": 2.5}
 def listings(bench: Bench) -> list[Row]:
     """list, doctor, list-agents, tree and du of a whole root against its read floor (every
     log of the root read and checked), whole runs, at 10,000 and 100,000 sessions; and the
-    list floor (``harness.LIST_FLOOR``: what a listing cannot skip), reported beside them."""
+    list floor and the doctor floor (``harness.LIST_FLOOR``, ``harness.DOCTOR_FLOOR``: what a
+    listing and doctor cannot skip), reported beside them."""
     rows: list[Row] = []
     for total in ROOTS[bench.profile]:
         root, parent = crowded(bench, total)
@@ -503,6 +504,7 @@ def listings(bench: Bench) -> list[Row]:
             "list": bench.dsh(root, "list", "--json"),
             "list floor": bench.list_floor(root),  # what a listing cannot skip (report)
             "doctor": bench.dsh(root, "doctor", "--json"),
+            "doctor floor": bench.doctor_floor(root),  # what doctor cannot skip (report)
             "list-agents": bench.dsh(root, "list-agents", parent, "--json"),
             "tree": bench.dsh(root, "tree", "--json"),
             "du": bench.dsh(root, "du", "--json"),

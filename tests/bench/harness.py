@@ -228,6 +228,25 @@ LIST_FLOOR = (
     "sys.stdout.buffer.write(orjson.dumps({'sessions':rows})+b'\\n')\n"
 )
 
+# The doctor floor: what doctor cannot skip beyond the read floor — every log of the root
+# opened by the read recipe (``reader.open_log``: stable read, frame scan, every event line
+# parsed whole) and every event through the v4 checklist (``validation.Validator``); no
+# listing, root rule, lock probe or lineage. Argument: a sessions root.
+DOCTOR_FLOOR = (
+    "import os,sys\n"
+    "from pathlib import Path\n"
+    "from dsh_fork.generations import Generation\n"
+    "from dsh_fork.reader import open_log\n"
+    "from dsh_fork.validation import Validator\n"
+    "for project in os.scandir(sys.argv[1]):\n"
+    "  for session in os.scandir(project.path):\n"
+    f"    path=Path(session.path,{CURRENT_NAME!r})\n"
+    "    log=open_log(Generation(path,4,'zstd'),index=False,check_dir=False)\n"
+    "    check=Validator(log.header,log.version)\n"
+    "    for event in log.events(): check.feed(event)\n"
+    "    check.finish()\n"
+)
+
 # The disk kept busy by another process: 4 MiB written and fsynced, over and over.
 DISK_HOG = (
     "import os,sys\n"
@@ -365,6 +384,10 @@ class Bench:
     def list_floor(self, root: Path) -> list[str]:
         """The list floor (``LIST_FLOOR``) of a root, as a command to run."""
         return [self.install.python, "-c", LIST_FLOOR, str(root)]
+
+    def doctor_floor(self, root: Path) -> list[str]:
+        """The doctor floor (``DOCTOR_FLOOR``) of a root, as a command to run."""
+        return [self.install.python, "-c", DOCTOR_FLOOR, str(root)]
 
     def pair(
         self,
