@@ -33,6 +33,7 @@ CASES = (
     "list, 200 sessions",
     "list floor, 200 sessions",
     "doctor, 200 sessions",
+    "doctor floor, 200 sessions",
     "list-agents, 200 sessions",
     "tree, 200 sessions",
     "du, 200 sessions",
