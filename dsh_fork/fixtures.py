@@ -799,7 +799,7 @@ def _forks(
     operation log): ``count`` per top-level session, each the head of a chain of ``chain``
     forks of forks."""
     from .discovery import Root, locate
-    from .fork import fork
+    from .fork import ForkOptions, fork
 
     made: list[str] = []
     for top in top_level:
@@ -808,16 +808,8 @@ def _forks(
             for _ in range(chain):
                 child_id = ids()
                 located = locate(source, str(root), {})
-                fork(
-                    Root(root),
-                    located,
-                    at=None,
-                    child_id=child_id,
-                    agents=relinked,
-                    dry_run=False,
-                    clock=clock,
-                    new_id=ids,
-                )
+                options = ForkOptions(child_id=child_id, agents=relinked)
+                fork(Root(root), located, options, clock=clock, new_id=ids)
                 made.append(child_id)
                 source = child_id
     return made

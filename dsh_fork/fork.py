@@ -13,6 +13,7 @@ agent plan).
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -62,6 +63,30 @@ MAX_SEGMENT_BYTES = 255
 
 SourceReader = Callable[[Generation, list[str]], SessionLog]
 """Reads a fork's source log, with the events of the given types collected."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ForkOptions:
+    """What the user chose about the child, handed whole from the command to ``fork`` (and
+    built by ``salvage``): the fork's parameters, written once.
+
+    ``at`` is the boundary seq (None: the source's last event); ``child_id`` the child's id
+    (None: a fresh ``session-<uuid4>``); ``agents`` copies the source's subagent tree under
+    the child; ``cwd`` moves the child into another workspace; ``drop_inbox`` cancels its
+    inherited queued input; ``workspace`` false leaves DSH's registry alone; ``title`` names
+    the child, ``keep_title`` leaves it the title it inherits; ``close_turn`` takes a
+    boundary inside a turn and closes the turn in the child."""
+
+    at: int | None = None
+    child_id: str | None = None
+    agents: bool = True
+    dry_run: bool = False
+    cwd: str | None = None
+    drop_inbox: bool = False
+    workspace: bool = True
+    title: str | None = None
+    keep_title: bool = False
+    close_turn: bool = False
 
 
 class ForkResult(Documented, Struct):
@@ -141,21 +166,12 @@ class ForkResult(Documented, Struct):
 def fork(
     root: Root,
     source: Located,
+    options: ForkOptions,
     *,
-    at: int | None,
-    child_id: str | None,
-    agents: bool,
-    dry_run: bool,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
     oplog_path: Path | None = None,
-    cwd: str | None = None,
-    drop_inbox: bool = False,
-    workspace: bool = True,
-    title: str | None = None,
-    keep_title: bool = False,
     read_source: SourceReader | None = None,
-    close_turn: bool = False,
 ) -> ForkResult:
     """Fork ``source`` at ``at`` (default: its last event) into a new session (semantics §3.1).
 
@@ -170,26 +186,29 @@ def fork(
     ``read_source`` reads the source instead of ``reader.open_log`` (``salvage``: the part of
     a refused log that DSH would accept).
     """
+    child_id = options.child_id
     generation = source.generation
     if generation.version < SUPPORTED_VERSION:
         raise unsupported_below_v4(
             f"the source {source.session_dir.name}", generation.version, path=str(generation.path)
         )
-    if agents:  # the listing the tree's plan needs anyway: the root's encoding is read from it
+    if (
+        options.agents
+    ):  # the listing the tree's plan needs anyway: the root's encoding is read from it
         root.entries()
     root.require_writable()
-    if cwd is not None:
-        check_cwd(cwd)
+    if options.cwd is not None:
+        check_cwd(options.cwd)
     if child_id is not None:
         _check_child_id(root, child_id)
-    given_title = titles.given_title(title, keep=keep_title)
+    given_title = titles.given_title(options.title, keep=options.keep_title)
 
     # The catalog facts of the prefix decide which subagents the child's branch holds; fork
     # hands them to relink with the fork point, so relink never re-reads the child it wrote.
     types = [PRESET_TYPE]
-    if agents:
+    if options.agents:
         types.append(CATALOG_TYPE)
-    if drop_inbox:
+    if options.drop_inbox:
         types.append(inbox.SPLICE_TYPE)
     # Every frame is decoded and checksum-verified and every line's envelope checked, so each
     # line copied is one DSH accepts (reader.open_log).
@@ -198,21 +217,21 @@ def fork(
     else:
         log = read_source(generation, types)
     facts = derive(log.header, log.event_count, log.collected)
-    boundary, enclosing = _boundary(log, at, close_turn=close_turn)
+    boundary, enclosing = _boundary(log, options.at, close_turn=options.close_turn)
     last = -1 if boundary is None else boundary
     closed = None
     if enclosing is not None:  # --close-turn at a boundary inside a turn
         state = open_turn_at(log, enclosing.start_seq, last)
         closed = None if state is None else closers.close(state, last + 2)
     whole, cut_frame = log.prefix_frames(last)
-    if child_id is None and not dry_run:
+    if child_id is None and not options.dry_run:
         child_id = seeded.fresh_id(root, new_id)
-    child_cwd = log.header.cwd if cwd is None else cwd
+    child_cwd = log.header.cwd if options.cwd is None else options.cwd
     project_dir = root.path / project_dir_name(child_cwd)
-    cancels = inbox.cancellations(facts.splices, last) if drop_inbox else None
+    cancels = inbox.cancellations(facts.splices, last) if options.drop_inbox else None
     # The source's latest title of its whole log, not only of the prefix (dsh-world §2).
     source_title = titles.latest_title(log)
-    child_title = titles.fork_title(source_title, given=given_title, keep=keep_title)
+    child_title = titles.fork_title(source_title, given=given_title, keep=options.keep_title)
     result = ForkResult(
         child_id=child_id,
         path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
@@ -224,17 +243,17 @@ def fork(
         created_at=None,
         frames_copied=whole,
         frames_reencoded=1 if cut_frame else 0,
-        dry_run=dry_run,
+        dry_run=options.dry_run,
         warnings=list(source.warnings),
         cwd=child_cwd,
         source_cwd=log.header.cwd,
-        cwd_moved=cwd is not None,
+        cwd_moved=options.cwd is not None,
         inbox_canceled=None
         if cancels is None
         else {c["target"]: c["removedCount"] for c in cancels},
         title=child_title,
         source_title=source_title,
-        close_turn=close_turn,
+        close_turn=options.close_turn,
         closed_turn=closed,
     )
     if closed is not None and closed.outcome_unknown:
@@ -244,14 +263,14 @@ def fork(
             f"the source has a torn tail ({log.torn.size} bytes at offset {log.torn.offset}); "
             f"{len(log.recovered)} complete lines of it are forked, as DSH keeps them"
         )
-    if dry_run:
-        if agents:
+    if options.dry_run:
+        if options.agents:
             from .forkpoint import fork_point
             from .relink import plan_new_fork
 
             point = fork_point(log, facts, log.header.id, last, 0)
             _set_agents(result, plan_new_fork(root, point, _known_kinds(root, facts, None)))
-        _join_workspace(root, result, log.header, cwd, workspace, clock)
+        _join_workspace(root, result, log.header, options.cwd, options.workspace, clock)
         return result
 
     assert child_id is not None
@@ -272,13 +291,13 @@ def fork(
     )
     plan.cwd = child_cwd  # --cwd: the child's workspace; its events stay byte for byte
     plan.closing = [] if closed is None else closed.events
-    published = seeded.write(root, plan, log, keep_lock=agents)
+    published = seeded.write(root, plan, log, keep_lock=options.agents)
     result.path = published.path
-    if not agents:  # a fork without its tree on purpose: doctor and relink --all respect it
+    if not options.agents:  # a fork without its tree on purpose: doctor and relink --all respect it
         OpLog(oplog_path, clock=clock, warn=result.warnings.append).write(
             NO_AGENTS, {"forkChild": child_id, "source": log.header.id}
         )
-    if agents:
+    if options.agents:
         from .forkpoint import fork_point
 
         assert published.lock is not None
@@ -288,39 +307,30 @@ def fork(
             _copy_agents(root, result, point, published.lock, oplog_path, clock, new_id, kinds)
         finally:
             published.lock.release()
-    _join_workspace(root, result, log.header, cwd, workspace, clock)
+    _join_workspace(root, result, log.header, options.cwd, options.workspace, clock)
     return result
 
 
 def fork_session(
     source_arg: str,
     root_option: str | None,
+    options: ForkOptions,
     *,
-    at: int | None,
-    child_id: str | None,
-    agents: bool,
-    dry_run: bool,
     turn: int | None = None,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
     new_id: IdFactory = new_session_id,
     oplog_path: Path | None = None,
-    cwd: str | None = None,
-    drop_inbox: bool = False,
-    workspace: bool = True,
-    title: str | None = None,
-    keep_title: bool = False,
-    close_turn: bool = False,
     progress: Progress = SILENT,
 ) -> ForkResult:
     """Resolve a SOURCE argument (semantics §2.2) and fork it: what the command runs.
     ``progress`` is told of the sessions read and of the agents the fork copies.
 
-    The boundary is a seq (``at``) or the end of a turn (``turn``, as ``inspect --turns``
-    numbers them), never both. ``oplog_path`` defaults to the contract's location for
-    ``root_option`` (semantics §2.1).
+    The boundary is a seq (``options.at``) or the end of a turn (``turn``, as
+    ``inspect --turns`` numbers them), never both. ``oplog_path`` defaults to the contract's
+    location for ``root_option`` (semantics §2.1).
     """
-    if turn is not None and at is not None:
+    if turn is not None and options.at is not None:
         raise UsageError("give either --at SEQ or --turn N, not both")
     source = locate(source_arg, root_option, env)
     source.root.progress = progress
@@ -328,24 +338,10 @@ def fork_session(
         from .turns import boundary_of_turn
 
         turns_log = open_log(source.generation, collect=TURN_TYPES)
-        at = boundary_of_turn(turns_log, turn, close_turn=close_turn)
-    return fork(
-        source.root,
-        source,
-        at=at,
-        child_id=child_id,
-        agents=agents,
-        dry_run=dry_run,
-        clock=clock,
-        new_id=new_id,
-        oplog_path=oplog_path or default_oplog_path(root_option, env),
-        cwd=cwd,
-        drop_inbox=drop_inbox,
-        workspace=workspace,
-        title=title,
-        keep_title=keep_title,
-        close_turn=close_turn,
-    )
+        at = boundary_of_turn(turns_log, turn, close_turn=options.close_turn)
+        options = dataclasses.replace(options, at=at)
+    oplog = oplog_path or default_oplog_path(root_option, env)
+    return fork(source.root, source, options, clock=clock, new_id=new_id, oplog_path=oplog)
 
 
 def _join_workspace(

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .du import DiskUsage
     from .export import ExportResult
     from .fixtures import FixtureSummary
-    from .fork import ForkResult
+    from .fork import ForkOptions, ForkResult
     from .importer import ImportResult
     from .inspect import InspectReport
     from .lineage import Lineage
@@ -64,43 +64,22 @@ class Context(Struct, frozen=True):
 def fork(
     ctx: Context,
     source: str,
+    options: ForkOptions,
     *,
-    at: int | None,
-    child_id: str | None,
-    agents: bool,
-    dry_run: bool,
     turn: int | None = None,
-    cwd: str | None = None,
-    drop_inbox: bool = False,
-    workspace: bool = True,
-    title: str | None = None,
-    keep_title: bool = False,
-    close_turn: bool = False,
     progress: Progress = SILENT,
 ) -> ForkResult:
-    """``fork``: at a seq (``--at``), or at the end of a turn (``--turn``), never both;
-    ``cwd`` moves the child into another workspace, ``drop_inbox`` cancels its inherited
-    queued input, ``workspace=False`` leaves the registry alone; ``title`` names the
-    child (default: DSH's increased title), ``keep_title`` leaves it the title it inherits;
-    ``close_turn`` takes a boundary inside a turn and closes the turn in the child."""
+    """``fork``: at a seq (``options.at``), or at the end of a turn (``turn``), never both;
+    the rest of what shapes the child is ``options`` (``fork.ForkOptions``)."""
     from .fork import fork_session
 
     return fork_session(
         source,
         ctx.root_option,
-        at=at,
+        options,
         turn=turn,
-        child_id=child_id,
-        agents=agents,
-        dry_run=dry_run,
         env=ctx.env,
         oplog_path=ctx.oplog,
-        cwd=cwd,
-        drop_inbox=drop_inbox,
-        workspace=workspace,
-        title=title,
-        keep_title=keep_title,
-        close_turn=close_turn,
         progress=progress,
     )
 

@@ -25,7 +25,7 @@ from . import documents as docs
 from . import frames as zframes
 from .discovery import locate
 from .errors import CorruptLog, UsageError
-from .fork import ForkResult, fork
+from .fork import ForkOptions, ForkResult, fork
 from .generations import SUPPORTED_VERSION, Generation
 from .ids import ClockMs, IdFactory, new_session_id, now_ms
 from .layout import oplog_path as default_oplog_path
@@ -214,19 +214,17 @@ def salvage(
             f"({readable.reason}); nothing to salvage without --close-turn",
             path=str(generation.path),
         )
+    options = ForkOptions(
+        at=boundary, child_id=child_id, dry_run=dry_run, title=title, close_turn=close_turn
+    )
     result = fork(
         source.root,
         source,
-        at=boundary,
-        child_id=child_id,
-        agents=True,
-        dry_run=dry_run,
+        options,
         clock=clock,
         new_id=new_id,
         oplog_path=oplog_path or default_oplog_path(root_option, env),
-        title=title,
         read_source=readable.open,
-        close_turn=close_turn,
     )
     left = LeftBehind(
         boundary + 1,

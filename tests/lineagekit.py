@@ -15,7 +15,7 @@ from conftest import SHARED
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_log_file
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
 from dsh_fork.layout import session_dir
 from dsh_fork.model import derive
@@ -61,10 +61,7 @@ def build_family(root: Path, *, relinked: bool, seed: int = 11) -> Family:
         result = fork_session(
             source,
             str(root),
-            at=at,
-            child_id=child,
-            agents=relinked,
-            dry_run=False,
+            ForkOptions(at=at, child_id=child, agents=relinked),
             clock=clock,
             new_id=ids,
             oplog_path=root.parent / "oplog",

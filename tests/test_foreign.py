@@ -27,7 +27,7 @@ from dsh_fork.discovery import Root, locate
 from dsh_fork.doctor import doctor
 from dsh_fork.errors import CorruptLog, DshForkError, UnsupportedFormat
 from dsh_fork.fixtures import Clock
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import list_generations
 from dsh_fork.inspect import InspectReport, inspect_session
 from dsh_fork.model import MODEL_TYPES, facts_of
@@ -390,10 +390,7 @@ def test_a_fork_of_each_accepted_v4_session_inherits_what_dsh_sees(
     result = fork_session(
         str(source),
         str(root),
-        at=at,
-        child_id="forked-child",
-        agents=False,
-        dry_run=False,
+        ForkOptions(at=at, child_id="forked-child", agents=False),
         clock=Clock(),
     )
     assert result.path is not None

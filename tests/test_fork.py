@@ -27,7 +27,7 @@ from dsh_fork.errors import (
     UsageError,
 )
 from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
-from dsh_fork.fork import ForkResult, fork_session
+from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.generations import CURRENT_NAME, list_generations
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of
@@ -60,10 +60,7 @@ def lib_fork(
     return fork_session(
         source,
         str(root),
-        at=at,
-        child_id=child_id,
-        agents=False,
-        dry_run=dry_run,
+        ForkOptions(at=at, child_id=child_id, agents=False, dry_run=dry_run),
         clock=lambda: now,
         new_id=lambda: "session-generated",
     )

@@ -14,7 +14,7 @@ from conftest import SAMPLES, log_events, log_header, run_cli, tree_listing
 from dsh_fork.discovery import Root
 from dsh_fork.errors import Partial
 from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_spec_as
-from dsh_fork.fork import ForkResult, fork_session
+from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.locking import probe
 from dsh_fork.validation import validate_dir
@@ -36,10 +36,7 @@ def lib_fork(
     return fork_session(
         source,
         str(root),
-        at=at,
-        child_id=child_id,
-        agents=agents,
-        dry_run=dry_run,
+        ForkOptions(at=at, child_id=child_id, agents=agents, dry_run=dry_run),
         clock=Clock(1_800_000_000_000),
         new_id=Ids(99),
         oplog_path=oplog,

@@ -20,7 +20,7 @@ from schemakit import check
 from dsh_fork.closers import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from dsh_fork.errors import OpenTurn
 from dsh_fork.fixtures import Clock, Ids, SessionSpec
-from dsh_fork.fork import ForkResult, fork_session
+from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.validation import validate_dir
 
 SRC = "session-source"
@@ -38,20 +38,9 @@ def source(clock: Clock, **unfinished: Any) -> SessionSpec:
     return spec
 
 
-def fork(root: Path, session: str = SRC, **options: Any) -> ForkResult:
-    return fork_session(
-        session,
-        str(root),
-        at=options.pop("at", None),
-        turn=options.pop("turn", None),
-        child_id=options.pop("child_id", "child"),
-        agents=options.pop("agents", False),
-        dry_run=options.pop("dry_run", False),
-        close_turn=options.pop("close_turn", True),
-        clock=lambda: NOW,
-        new_id=Ids(5),
-        **options,
-    )
+def fork(root: Path, session: str = SRC, *, turn: int | None = None, **options: Any) -> ForkResult:
+    choices = ForkOptions(**{"child_id": "child", "agents": False, "close_turn": True, **options})
+    return fork_session(session, str(root), choices, turn=turn, clock=lambda: NOW, new_id=Ids(5))
 
 
 def time_of(spec: SessionSpec, seq: int) -> int:

@@ -23,7 +23,7 @@ from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
 from dsh_fork.errors import IoError, SessionAlreadyExists, SessionStale
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.fork import ForkResult, fork_session
+from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.fsdir import open_regular
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
 from dsh_fork.locking import probe
@@ -37,7 +37,10 @@ NOW = 1_800_000_000_000
 
 def lib_fork(root: Path, child_id: str = "child") -> ForkResult:
     return fork_session(
-        SRC, str(root), at=None, child_id=child_id, agents=False, dry_run=False, clock=lambda: NOW
+        SRC,
+        str(root),
+        ForkOptions(child_id=child_id, agents=False),
+        clock=lambda: NOW,
     )
 
 

@@ -17,7 +17,7 @@ from conftest import log_header, log_lines, run_cli
 
 from dsh_fork.errors import UsageError
 from dsh_fork.fixtures import Clock, SessionSpec, generate
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.importer import import_bundle
 from dsh_fork.layout import project_dir_name
@@ -79,7 +79,9 @@ def test_fork_cwd_takes_the_subagent_copies_along(root: Path) -> None:
     top = top_of(root)
 
     result = fork_session(
-        top, str(root), at=None, child_id="moved", agents=True, dry_run=False, cwd=MOVED
+        top,
+        str(root),
+        ForkOptions(child_id="moved", cwd=MOVED),
     )
 
     assert result.agents is not None
@@ -146,7 +148,7 @@ def test_the_library_refuses_a_cwd_that_is_not_absolute(root: Path, cwd: str) ->
     top = top_of(root)
 
     with pytest.raises(UsageError):
-        fork_session(top, str(root), at=None, child_id="x", agents=False, dry_run=False, cwd=cwd)
+        fork_session(top, str(root), ForkOptions(child_id="x", agents=False, cwd=cwd))
     assert not (root / project_dir_name("/x")).exists()
 
 

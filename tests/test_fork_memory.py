@@ -38,7 +38,7 @@ FORK_UNDER_LIMIT = textwrap.dedent(
     """
     import resource, sys
     from dsh_fork import cli, envelopes, fork, relink, seeded, writer  # everything, first
-    from dsh_fork.fork import fork_session
+    from dsh_fork.fork import ForkOptions, fork_session
     root, source, headroom = sys.argv[1], sys.argv[2], int(sys.argv[3])
     with open("/proc/self/status") as status:
         size = next(int(l.split()[1]) for l in status if l.startswith("VmSize:")) * 1024
@@ -46,8 +46,7 @@ FORK_UNDER_LIMIT = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         result = fork_session(
-            source, root, at=None, child_id="child", agents=True, dry_run=False,
-            clock=lambda: 1_800_000_000_000,
+            source, root, ForkOptions(child_id="child"), clock=lambda: 1_800_000_000_000
         )
     except MemoryError:
         print("MemoryError", flush=True)

@@ -17,7 +17,7 @@ from conftest import tree_listing
 from dsh_fork import reader
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import generate
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 
 
@@ -79,10 +79,7 @@ def test_a_fork_with_agents_reads_each_log_once_and_each_copy_back_once(
     result = fork_session(
         top,
         str(root),
-        at=None,
-        child_id="session-child",
-        agents=True,
-        dry_run=False,
+        ForkOptions(child_id="session-child"),
         oplog_path=tmp_path / "oplog",
     )
 

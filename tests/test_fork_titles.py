@@ -23,7 +23,7 @@ from schemakit import check
 from dsh_fork import titles
 from dsh_fork.errors import UsageError
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.fork import ForkResult, fork_session
+from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.validation import validate_dir
 
 SRC = "session-source"
@@ -43,16 +43,8 @@ def titled(clock: Clock, *names: str, after: int = 2) -> SessionSpec:
 
 
 def fork(root: Path, **options: Any) -> ForkResult:
-    return fork_session(
-        SRC,
-        str(root),
-        at=options.pop("at", None),
-        child_id="child",
-        agents=False,
-        dry_run=options.pop("dry_run", False),
-        clock=lambda: NOW,
-        **options,
-    )
+    choices = ForkOptions(child_id="child", agents=False, **options)
+    return fork_session(SRC, str(root), choices, clock=lambda: NOW)
 
 
 def title_event(seq: int, title: str) -> dict[str, Any]:
@@ -266,10 +258,7 @@ def test_forking_a_titled_child_again_increases_its_title(root: Path, clock: Clo
     again = fork_session(
         "child",
         str(root),
-        at=None,
-        child_id="grandchild",
-        agents=False,
-        dry_run=False,
+        ForkOptions(child_id="grandchild", agents=False),
         clock=lambda: NOW,
     )
 
@@ -282,7 +271,10 @@ def test_two_forks_of_one_source_get_the_same_title_as_in_dsh(root: Path, clock:
 
     first = fork(root)
     second = fork_session(
-        SRC, str(root), at=None, child_id="other", agents=False, dry_run=False, clock=lambda: NOW
+        SRC,
+        str(root),
+        ForkOptions(child_id="other", agents=False),
+        clock=lambda: NOW,
     )
 
     assert first.title == second.title == "X (1)"

@@ -14,6 +14,7 @@ from dsh_fork import porcelain
 from dsh_fork.cli import progress as cli_progress
 from dsh_fork.cli.base import Out, state
 from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fork import ForkOptions
 from dsh_fork.porcelain import Context
 from dsh_fork.progress import SILENT
 
@@ -176,10 +177,7 @@ def test_a_fork_counts_the_agents_it_copies(home: Path) -> None:
     result = porcelain.fork(
         Context.of(str(home)),
         generate_top(home),
-        at=None,
-        child_id="the-fork",
-        agents=True,
-        dry_run=False,
+        ForkOptions(child_id="the-fork"),
         progress=told,
     )
     assert result.child_id == "the-fork"

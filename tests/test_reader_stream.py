@@ -17,7 +17,7 @@ from conftest import log_lines
 from dsh_fork import frames as zframes
 from dsh_fork.errors import CorruptLog, SessionStale
 from dsh_fork.fixtures import Clock, SessionSpec, write_log_file
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, Generation
 from dsh_fork.model import MODEL_TYPES
 from dsh_fork.reader import open_log
@@ -140,7 +140,10 @@ def published_source(root: Path, clock: Clock) -> Path:
 
 def lib_fork(root: Path) -> Any:
     return fork_session(
-        SRC, str(root), at=None, child_id="child", agents=False, dry_run=False, clock=lambda: NOW
+        SRC,
+        str(root),
+        ForkOptions(child_id="child", agents=False),
+        clock=lambda: NOW,
     )
 
 

@@ -30,7 +30,7 @@ from safetykit import crash_state_problems, files_under, snapshot
 from dsh_fork import faults
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import Clock, FixtureSummary, generate
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.relink import relink, relink_all
 from dsh_fork.relinkresult import RelinkAllResult
 
@@ -40,7 +40,10 @@ TREE = {"sessions": 1, "agents": 2, "depth": 2, "turns": 2, "seed": 11}
 
 def lib_fork(root: Path, source: str, child_id: str, *, agents: bool = True) -> None:
     result = fork_session(
-        source, str(root), at=None, child_id=child_id, agents=agents, dry_run=False, env={}
+        source,
+        str(root),
+        ForkOptions(child_id=child_id, agents=agents),
+        env={},
     )
     assert result.agents is None or result.agents.ok, result.agents
 
@@ -350,7 +353,9 @@ def test_the_plugin_scenario_relinked_then_forked_keeps_all_twelve(root: Path) -
     assert len(first.copied) == 12
 
     result = fork_session(
-        scenario.fork.id, str(root), at=None, child_id="session-C2", agents=True, dry_run=False
+        scenario.fork.id,
+        str(root),
+        ForkOptions(child_id="session-C2"),
     )
 
     assert result.agents is not None
@@ -367,12 +372,15 @@ def test_a_fork_of_an_early_fork_copies_nothing_its_ancestor_spawned_later(root:
     fork's own events (its title) are newer than every agent: an agent its parent catalogues
     outside the inherited prefix is never judged by its createdAt (semantics §1.5)."""
     top = generated(root).top_level[0]
-    early = fork_session(top, str(root), at=5, child_id="early", agents=True, dry_run=False, env={})
+    early = fork_session(top, str(root), ForkOptions(at=5, child_id="early"), env={})
     assert early.agents is not None and early.agents.copied == []
     assert early.title is not None  # the fork's own event, stamped now
 
     again = fork_session(
-        "early", str(root), at=None, child_id="again", agents=True, dry_run=False, env={}
+        "early",
+        str(root),
+        ForkOptions(child_id="again"),
+        env={},
     )
 
     assert again.agents is not None

@@ -35,7 +35,7 @@ from dsh_fork.discovery import Root
 from dsh_fork.display import MAX_LINE_CHARS, safe_text
 from dsh_fork.errors import DshForkError, IoError
 from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME
 from dsh_fork.layout import encode_segment, project_key
 from dsh_fork.locking import SessionLock, probe
@@ -142,9 +142,7 @@ class Swapper:
 
 def _fork_under_swaps(root: Path, child_id: str) -> str:
     try:
-        result = fork_session(
-            SOURCE, str(root), at=None, child_id=child_id, agents=False, dry_run=False
-        )
+        result = fork_session(SOURCE, str(root), ForkOptions(child_id=child_id, agents=False))
     except DshForkError as exc:
         assert "internal error" not in exc.message, exc.message
         return exc.code
@@ -498,7 +496,7 @@ def test_control_characters_in_ids_are_escaped_in_human_output(tree: Path) -> No
     hostile = "evil\x1b[2J\x1b]0;owned\x07\nforged line"
     refused = run_cli("--root", tree, "fork", SOURCE, "--id", hostile, "--no-agents")
     assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
-    fork_session(SOURCE, str(tree), at=None, child_id=hostile, agents=False, dry_run=False)
+    fork_session(SOURCE, str(tree), ForkOptions(child_id=hostile, agents=False))
 
     result = run_cli("--root", tree, "list", "--kind", "fork")
 

@@ -46,7 +46,7 @@ from dsh_fork.discovery import Root, locate
 from dsh_fork.durable import is_own_temp
 from dsh_fork.errors import SessionAlreadyExists
 from dsh_fork.fixtures import Clock, Ids
-from dsh_fork.fork import fork, fork_session
+from dsh_fork.fork import ForkOptions, fork, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import encode_segment, project_key
 from dsh_fork.reader import current_generation, open_log
@@ -101,10 +101,7 @@ def fork_p_a(root: Path) -> object:
     return fork(
         located.root,
         located,
-        at=None,
-        child_id=CHILD,
-        agents=True,
-        dry_run=False,
+        ForkOptions(child_id=CHILD),
         clock=Clock(NOW, 1),
         new_id=Ids(77),
     )
@@ -115,7 +112,10 @@ def resume_fork(root: Path) -> object:
     that child, as the PARTIAL message of an interrupted fork says."""
     try:
         return fork_session(
-            "session-P_A", str(root), at=None, child_id=CHILD, agents=True, dry_run=False, env={}
+            "session-P_A",
+            str(root),
+            ForkOptions(child_id=CHILD),
+            env={},
         )
     except SessionAlreadyExists:
         return relink_arg(CHILD, str(root), env={})

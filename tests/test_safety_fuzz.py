@@ -33,7 +33,7 @@ from safetykit import count
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
 from dsh_fork.errors import ALL_ERRORS, DshForkError
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.inspect import inspect_arg
 from dsh_fork.records import LineError, parse_event, parse_header, parse_line, parse_v0_line
@@ -384,7 +384,7 @@ def test_every_truncation_of_a_real_log_reads_its_complete_frames(
         findings = validate_dir(path.parent)
         assert (complete == 0) <= any(f.code == "CORRUPT_LOG" for f in findings), cut
         try:
-            fork_session(FORK, str(root), at=None, child_id=None, agents=True, dry_run=True)
+            fork_session(FORK, str(root), ForkOptions(dry_run=True))
         except DshForkError as exc:
             assert _typed(exc) and exc.exit_code in (3, 4, 9), (cut, exc)
     count("fuzz: truncations through inspect, doctor, fork", len(cuts))

@@ -26,6 +26,7 @@ from dsh_fork.discovery import Root
 from dsh_fork.durable import is_own_temp
 from dsh_fork.errors import IoError
 from dsh_fork.fixtures import Clock
+from dsh_fork.fork import ForkOptions
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import project_key
 
@@ -46,7 +47,11 @@ def step_of(root: Path, kind: str, argv: list[str], tmp_path: Path) -> int:
     from dsh_fork.fork import fork_session
 
     with faults.install("crash", 0) as plan:
-        fork_session(SOURCE, str(scratch), at=None, child_id="child", agents=False, dry_run=False)
+        fork_session(
+            SOURCE,
+            str(scratch),
+            ForkOptions(child_id="child", agents=False),
+        )
     assert argv[:1] == ["fork"]
     return next(k for k, (name, _) in enumerate(plan.log, 1) if name == kind)
 

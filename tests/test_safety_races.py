@@ -23,7 +23,7 @@ from safetykit import count
 from dsh_fork import faults
 from dsh_fork.errors import DshForkError
 from dsh_fork.fixtures import Clock, generate
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.importer import import_bundle
 from dsh_fork.layout import encode_segment, project_key
 
@@ -73,7 +73,7 @@ class ProjectSwap:
 
 def fork_into_child(tree: Path) -> None:
     """The fork each race is run against: SOURCE at its end into CHILD, without agents."""
-    fork_session(SOURCE, str(tree), at=None, child_id=CHILD, agents=False, dry_run=False)
+    fork_session(SOURCE, str(tree), ForkOptions(child_id=CHILD, agents=False))
 
 
 def lost_race(swap: ProjectSwap, action: Callable[[], object]) -> DshForkError:

@@ -108,6 +108,7 @@ def fork_command(
       dsh-fork fork session-68a2dc34-7012-4c1e-9a55-0b7c1f2e3d4a --dry-run --json
     """
     from .. import porcelain
+    from ..fork import ForkOptions
     from ..ids import new_id_problem
 
     out = Out(json_out)
@@ -117,24 +118,21 @@ def fork_command(
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}; operation log: {ctx.oplog}")
 
+    options = ForkOptions(
+        at=at,
+        child_id=child_id,
+        agents=not no_agents,
+        dry_run=dry_run,
+        cwd=None if cwd is None else absolute_dir(cwd),
+        drop_inbox=drop_inbox,
+        workspace=not no_workspace,
+        title=title,
+        keep_title=keep_title,
+        close_turn=close_turn,
+    )
     result = metered(
         out,
-        lambda bar: porcelain.fork(
-            ctx,
-            source,
-            at=at,
-            turn=turn,
-            child_id=child_id,
-            agents=not no_agents,
-            dry_run=dry_run,
-            cwd=None if cwd is None else absolute_dir(cwd),
-            drop_inbox=drop_inbox,
-            workspace=not no_workspace,
-            title=title,
-            keep_title=keep_title,
-            close_turn=close_turn,
-            progress=bar,
-        ),
+        lambda bar: porcelain.fork(ctx, source, options, turn=turn, progress=bar),
         where=ctx.root,
     )
     emit(out, result, _render)

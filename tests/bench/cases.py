@@ -25,7 +25,7 @@ from pathlib import Path
 import zstandard
 
 from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, planted_phrase, write_log_file
-from dsh_fork.fork import fork_session
+from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
 from dsh_fork.layout import session_dir
 from dsh_fork.reader import open_log
@@ -163,7 +163,9 @@ def wide(bench: Bench, agents: int) -> tuple[Path, str]:
     summary = generate(root, sessions=1, agents=agents, depth=1, turns=3, seed=3)
     fork = "bench-fork"
     fork_session(
-        summary.top_level[0], str(root), at=None, child_id=fork, agents=False, dry_run=False
+        summary.top_level[0],
+        str(root),
+        ForkOptions(child_id=fork, agents=False),
     )
     return root, fork
 
@@ -528,7 +530,7 @@ def many_forks(bench: Bench, total: int, forks: int, children: int) -> Path:
     root = bench.base / "forks" / "sessions"
     summary = generate(root, sessions=forks, agents=children, depth=1, turns=2, seed=8)
     for parent in summary.top_level:
-        fork_session(parent, str(root), at=None, child_id=None, agents=False, dry_run=False)
+        fork_session(parent, str(root), ForkOptions(agents=False))
     filler(root, max(0, total - summary.sessions - 2 * forks), seed=9)
     bench.run(bench.dsh(root, "relink", "--all"))
     return root
