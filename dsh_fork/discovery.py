@@ -444,12 +444,8 @@ class Root(Struct):
     """What ``unknown_texts`` found in each project dir when it last listed it."""
     progress: Progress | None = None
     """Told of each session dir read by ``entries`` (the stage "sessions read")."""
-    listed_at: int = 0
     _walked: list[str] | None = None
     """The candidate dirs of the listing's walk, in order (``listed_candidates``)."""
-    """When ``entries`` began to list the root (``time.time_ns``), 0 before: a dir that has
-    not changed since ``SETTLED_NS`` before then still holds the names listed
-    (``generations.unchanged_since``)."""
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -572,7 +568,6 @@ class Root(Struct):
         (``SessionEntry.others``), so that no dir is listed again for its temps.
         """
         if self._entries is None:
-            self.listed_at = time.time_ns()
             jobs = list(self._walk())  # dirs to list, in order, or a project dir's error
             self._walked = [job for job in jobs if isinstance(job, str)]
             found: list[SessionEntry] = []

@@ -512,7 +512,7 @@ def doctor(
         taken up in its turn), so that no log is read once for the rule and again here."""
         if entry.dir_text in unreadable:
             return read_evidence(entry)
-        check = early[entry.dir_text] = _check(entry, refused, root.listed_at)
+        check = early[entry.dir_text] = _check(entry, refused)
         return _evidence(check) if check.readable else read_evidence(entry)
 
     # Named sessions: a parent outside them is read for the rule only, not validated.
@@ -521,7 +521,7 @@ def doctor(
     progress.stage("sessions checked", len(chosen))
     for entry in chosen:
         progress.advance()
-        check = early.pop(entry.dir_text, None) or _check(entry, refused, root.listed_at)
+        check = early.pop(entry.dir_text, None) or _check(entry, refused)
         if not check.readable:
             unreadable.add(entry.dir_text)
         elif entry.id in asked and root.entry(entry.id) is entry:  # of a duplicated id, the
@@ -566,15 +566,13 @@ def _asked_by_rule(entries: list[SessionEntry]) -> set[str]:
     return out
 
 
-def _check(entry: SessionEntry, refused: Set[str], listed_at: int) -> DirCheck:
+def _check(entry: SessionEntry, refused: Set[str]) -> DirCheck:
     """``check_dir`` of a listed session, with what the listing read (its generations, and
     its header validated and bound by the root rules unless ``refused`` names it) and the
     events the kind rule needs kept from the same pass."""
     if entry.dir_text in refused:  # the check reads the header itself, for its finding
         return check_dir(entry.session_dir, collect=EVIDENCE)
-    return check_dir(
-        entry.session_dir, entry.generations, listed=True, listed_at=listed_at, collect=EVIDENCE
-    )
+    return check_dir(entry.session_dir, entry.generations, listed=True, collect=EVIDENCE)
 
 
 def _evidence(check: DirCheck) -> Evidence:

@@ -71,22 +71,9 @@ value, not one list, tuple and name string per dir."""
 
 SETTLED_NS = 3_000_000_000
 """How long before its listing a dir must have last changed for unchanged time stamps to mean
-unchanged names (``unchanged_since``, ``Root.unknown_texts``): longer than the coarsest time
+unchanged names (``Root.unknown_texts``): longer than the coarsest time
 stamps (FAT's 2 s). Creating, removing or renaming a name in a dir stamps its mtime and ctime
 with the time of the change."""
-
-
-def unchanged_since(directory: str | os.PathLike[str], listed_at: int) -> bool:
-    """Whether a dir still holds the names a listing begun at ``listed_at`` (``time.time_ns``)
-    found: its mtime and ctime lie ``SETTLED_NS`` before that moment, so no name has come or
-    gone since (a change would have stamped them later). One ``stat`` where listing the dir
-    again costs a ``scandir`` and its reads; a dir that cannot be stat'ed is not known to be
-    unchanged."""
-    try:
-        st = os.stat(directory)
-    except OSError:
-        return False
-    return max(st.st_mtime_ns, st.st_ctime_ns) < listed_at - SETTLED_NS
 
 
 Sizes = tuple[int, int]

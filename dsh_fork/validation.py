@@ -28,7 +28,6 @@ from .generations import (
     Generation,
     list_generations,
     select,
-    unchanged_since,
 )
 from .layout import encode_segment, project_dir_name
 from .reader import check_current, open_log, parse_recovered, peek_fields, read_header
@@ -1280,7 +1279,6 @@ def check_dir(
     generations: list[Generation] | None = None,
     *,
     listed: bool = False,
-    listed_at: int = 0,
     collect: frozenset[str] = frozenset(),
 ) -> DirCheck:
     """Open the highest generation and validate it; a read error becomes a finding.
@@ -1289,9 +1287,7 @@ def check_dir(
     of the highest of them and checked its path binding (doctor's root rules), so neither is
     done again before the log is opened (which reads and checks the header once more, as part
     of the log). ``collect``: event types kept from the same pass (``DirCheck.collected``),
-    for a caller that would otherwise read the log again for them (doctor's kind rule).
-    ``listed_at``: when that listing began; a dir unchanged since then
-    (``generations.unchanged_since``) is not listed again after its log is read."""
+    for a caller that would otherwise read the log again for them (doctor's kind rule)."""
     if generations is None:
         generations = list_generations(session_dir)
     generation = select(generations)
@@ -1318,8 +1314,7 @@ def check_dir(
     try:
         # the pass below indexes it: one decode
         log = open_log(generation, index=False, check_dir=False)
-        if not (listed_at and unchanged_since(session_dir, listed_at)):
-            check_current(generation)  # the re-list of the read recipe, after the read
+        check_current(generation)  # the re-list of the read recipe, after the read
         validator = Validator(log.header, log.version)
         if collect:
             collected = result.collected

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from dsh_fork.generations import (
     MAX_SAFE_INTEGER,
-    SETTLED_NS,
     canonical_name,
     dir_bytes,
     is_temp_name,
@@ -20,7 +18,6 @@ from dsh_fork.generations import (
     scan_names,
     scan_sized,
     select,
-    unchanged_since,
 )
 
 # Format §3.2, row by row, plus the pitfalls of §3.1.
@@ -184,21 +181,3 @@ def test_one_listing_gives_the_names_and_the_sizes_the_two_scans_give(tmp_path: 
 def test_a_missing_dir_has_no_names_and_no_bytes(tmp_path: Path) -> None:
     assert scan_sized(tmp_path / "missing") == ((), (0, 0))
     assert dir_bytes(tmp_path / "missing") == (0, 0)
-
-
-def test_a_dir_is_unchanged_since_a_listing_only_when_stamped_well_before_it(
-    tmp_path: Path,
-) -> None:
-    """A name that comes or goes stamps the dir's mtime and ctime with the time of the change,
-    which no listing begun before the change can call settled; a dir stamped SETTLED_NS or
-    more before a listing still holds the names that listing found."""
-    session_dir = tmp_path / "session-a"
-    session_dir.mkdir()
-    stamped = session_dir.stat()
-    last_change = max(stamped.st_mtime_ns, stamped.st_ctime_ns)
-    assert unchanged_since(session_dir, last_change + SETTLED_NS + 1)
-    assert not unchanged_since(session_dir, last_change + SETTLED_NS)
-    listed_at = time.time_ns()
-    (session_dir / "session.v5.jsonl.zstd").write_bytes(b"")
-    assert not unchanged_since(session_dir, listed_at)
-    assert not unchanged_since(tmp_path / "gone", listed_at + 3600 * 10**9)
