@@ -20,6 +20,7 @@ from msgspec import UNSET, Struct, field
 from . import documents as docs
 from .discovery import Root, SessionEntry, locate
 from .errors import IoError, Partial, SessionNotFound, UnsupportedFormat
+from .findings import SEVERITIES, Severity
 from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
 from .kinds import (
     EVIDENCE_TYPES,
@@ -36,7 +37,7 @@ from .model import derive
 from .progress import SILENT, Progress
 from .records import header_version
 from .results import SCHEMA_VERSION, Documented
-from .validation import SEVERITIES, DirCheck, Severity, binding_problem, check_dir
+from .validation import DirCheck, binding_problem, check_dir
 
 Scope = Literal["root", "session"]
 ROOT_CODES = frozenset(("PATH_MISMATCH", "VERSION_MISMATCH", "EMPTY_DIR"))

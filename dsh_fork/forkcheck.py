@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from .discovery import Root, SessionEntry
 from .display import counted
 from .errors import DshForkError
+from .findings import Severity
 from .generations import SUPPORTED_VERSION
 from .kinds import DELEGATION_WHY, Delegation, KindRule
 from .model import facts_of
 from .oplog import forks_without_agents
 from .provenance import Logged, match_copies
 from .reader import open_log
-from .validation import Severity
 
 if TYPE_CHECKING:
     from .relinkplan import _Opened

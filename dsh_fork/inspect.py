@@ -24,6 +24,8 @@ from . import frames as zframes
 from .budget import CHECK_MIN_BYTES, check_line
 from .discovery import Located, locate
 from .errors import CorruptLog, Partial, UnsupportedFormat
+from .eventcheck import Validator
+from .findings import Finding, counts
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
 from .logindex import Chunk
@@ -41,11 +43,8 @@ from .results import SCHEMA_VERSION, Documented, rows
 from .sessionlog import FramedLog, SessionLog
 from .times import iso_ms
 from .validation import (
-    Finding,
     GenerationInfo,
-    Validator,
     binding_problem,
-    counts,
     file_findings,
     stale_findings,
     survey_generation,

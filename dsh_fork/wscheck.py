@@ -16,9 +16,9 @@ from typing import NamedTuple
 from . import registry
 from .attach import has_turn
 from .errors import DshForkError
+from .findings import Severity
 from .generations import Generation
 from .records import Header
-from .validation import Severity
 
 
 class Note(NamedTuple):
