@@ -16,7 +16,7 @@ from msgspec import Struct, field
 
 from . import documents as docs
 from .catalog import fact_from_descriptor
-from .discovery import Located, Root, SessionEntry, locate
+from .discovery import Root
 from .errors import CorruptLog, DshForkError, Partial, UnsupportedFormat
 from .generations import SUPPORTED_VERSION
 from .kinds import KindRule
@@ -26,6 +26,8 @@ from .provenance import Logged, match_copies
 from .reader import open_log
 from .records import Header, nonneg_int
 from .results import SCHEMA_VERSION, Documented
+from .sessionarg import Located, locate
+from .sessionentry import SessionEntry
 from .times import iso_ms
 
 ON_DISK_NOT_CATALOGUED = "on disk, not catalogued"

@@ -21,7 +21,7 @@ from msgspec import Struct, field
 
 from . import documents as docs
 from . import joining, registry
-from .discovery import Root, SessionEntry, locate
+from .discovery import Root
 from .errors import DshForkError, Partial, UsageError
 from .generations import Generation
 from .ids import ClockMs, now_ms
@@ -29,6 +29,8 @@ from .layout import resolve_root
 from .reader import open_log, read_header
 from .records import Header
 from .results import SCHEMA_VERSION, Documented
+from .sessionarg import locate
+from .sessionentry import SessionEntry
 
 TURN_START = "turn/start"
 

@@ -17,12 +17,12 @@ from msgspec import Struct, field
 
 from . import documents as docs
 from .agents import AgentRow, list_agents
-from .discovery import Located
 from .kinds import header_kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import open_log
 from .results import SCHEMA_VERSION, Documented, ReadOnly
+from .sessionarg import Located
 from .sessionlog import SessionLog
 from .turns import TurnSummary, turn_containing, turn_summaries
 

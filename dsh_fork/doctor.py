@@ -18,7 +18,7 @@ from typing import Any, Literal
 from msgspec import UNSET, Struct, field
 
 from . import documents as docs
-from .discovery import Root, SessionEntry, locate
+from .discovery import Root
 from .errors import IoError, Partial, SessionNotFound, UnsupportedFormat
 from .findings import SEVERITIES, Severity
 from .generations import SUPPORTED_VERSION, is_temp_name, list_generations, non_canonical_files
@@ -37,6 +37,8 @@ from .model import derive
 from .progress import SILENT, Progress
 from .records import header_version
 from .results import SCHEMA_VERSION, Documented
+from .sessionarg import locate
+from .sessionentry import SessionEntry
 from .validation import DirCheck, binding_problem, check_dir
 
 Scope = Literal["root", "session"]

@@ -29,11 +29,12 @@ from typing import TypeVar, cast
 from msgspec import Struct, field
 
 from . import documents as docs
-from .discovery import Located, Root
+from .discovery import Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .progress import SILENT, Progress, counter
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .sessionarg import Located
 from .sessionlog import FramedLog, SessionLog
 
 

@@ -43,7 +43,7 @@ from . import bundle
 from . import documents as docs
 from . import frames as zframes
 from .bundle import BundleSession, Manifest, Role
-from .discovery import Located, Root, SessionEntry, locate
+from .discovery import Root
 from .errors import (
     CorruptLog,
     DshForkError,
@@ -63,6 +63,8 @@ from .model import derive
 from .progress import SILENT, Progress
 from .reader import check_version, open_log
 from .results import SCHEMA_VERSION, Documented
+from .sessionarg import Located, locate
+from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
 from .source import FileBytes, copy_range, stale
 from .tarstream import STDIN_NAME, Compression, TarWriter

@@ -798,8 +798,9 @@ def _forks(
     """Fork children through the library's ``fork`` (deterministic clock and ids, no
     operation log): ``count`` per top-level session, each the head of a chain of ``chain``
     forks of forks."""
-    from .discovery import Root, locate
+    from .discovery import Root
     from .fork import ForkOptions, fork
+    from .sessionarg import locate
 
     made: list[str] = []
     for top in top_level:

@@ -23,7 +23,7 @@ from msgspec import UNSET, Struct, field
 
 from . import closers, inbox, seeded, titles
 from .closers import ClosedTurn
-from .discovery import Located, Root, locate
+from .discovery import Root
 from .errors import (
     DshForkError,
     InvalidBoundary,
@@ -44,6 +44,7 @@ from .oplog import NO_AGENTS, OpLog
 from .progress import SILENT, Progress
 from .reader import open_log
 from .results import SCHEMA_VERSION, Documented
+from .sessionarg import Located, locate
 from .sessionlog import SessionLog
 from .times import iso_ms
 from .turns import CLOSE_TURN_HINT, open_turn_at

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .discovery import Root, SessionEntry
+from .discovery import Root
 from .display import counted
 from .errors import DshForkError
 from .findings import Severity
@@ -29,6 +29,7 @@ from .model import facts_of
 from .oplog import forks_without_agents
 from .provenance import Logged, match_copies
 from .reader import open_log
+from .sessionentry import SessionEntry
 
 if TYPE_CHECKING:
     from .relinkplan import _Opened

@@ -22,7 +22,6 @@ from msgspec import UNSET, Struct, field
 from . import documents as docs
 from . import frames as zframes
 from .budget import CHECK_MIN_BYTES, check_line
-from .discovery import Located, locate
 from .errors import CorruptLog, Partial, UnsupportedFormat
 from .eventcheck import Validator
 from .findings import Finding, counts
@@ -40,6 +39,7 @@ from .records import (
     parse_event,
 )
 from .results import SCHEMA_VERSION, Documented, rows
+from .sessionarg import Located, locate
 from .sessionlog import FramedLog, SessionLog
 from .times import iso_ms
 from .validation import (

@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
-from .discovery import Root, SessionEntry
+from .discovery import Root
 from .errors import DshForkError
 from .model import Facts, derive
 from .reader import open_log
 from .records import Header
+from .sessionentry import SessionEntry
 
 HeaderKind = Literal["root", "fork", "subagent", "copy", "linked"]
 HEADER_KINDS: tuple[HeaderKind, ...] = ("root", "fork", "subagent", "copy", "linked")

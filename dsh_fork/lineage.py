@@ -22,7 +22,7 @@ import msgspec
 from msgspec import Struct, field
 
 from . import documents as docs
-from .discovery import Located, Root, SessionEntry
+from .discovery import Root
 from .errors import DshForkError
 from .generations import Generation
 from .kinds import KindRule, header_kind, settled_kind, unsettled
@@ -31,6 +31,8 @@ from .provenance import Logged, match_copies
 from .reader import open_log
 from .registry import Placement
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .sessionarg import Located
+from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
 
 Kind = docs.TreeKind

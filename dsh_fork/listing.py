@@ -21,7 +21,7 @@ from msgspec import Struct, field
 
 from . import documents as docs
 from . import registry
-from .discovery import Root, SessionEntry
+from .discovery import Root
 from .errors import DshForkError, Partial, UsageError
 from .kinds import HEADER_KINDS, HeaderKind, KindRule, header_kind
 from .layout import is_absolute_cwd, project_key
@@ -31,6 +31,7 @@ from .progress import SILENT
 from .reader import open_log
 from .registry import Placement
 from .results import Documented, rows
+from .sessionentry import SessionEntry
 from .times import iso_ms
 
 KINDS = HEADER_KINDS

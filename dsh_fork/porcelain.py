@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .agents import AgentTree
     from .attach import AttachResult
     from .diff import DiffResult
-    from .discovery import Located, Root
+    from .discovery import Root
     from .doctor import DoctorReport
     from .du import DiskUsage
     from .export import ExportResult
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .relinkresult import RelinkAllResult, RelinkSummary
     from .salvage import SalvageResult
     from .search import SearchResult
+    from .sessionarg import Located
     from .tarstream import Compression
     from .trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
@@ -308,7 +309,8 @@ def restore(ctx: Context, what: str, *, dry_run: bool) -> RestoreResult:
 def _scope(ctx: Context, session: str | None, progress: Progress = SILENT) -> Root | Located:
     """What ``tree`` and ``du`` read: the whole root (checked), or SESSION's family;
     ``progress`` is told of each session dir read."""
-    from .discovery import Root, locate
+    from .discovery import Root
+    from .sessionarg import locate
 
     if session is None:
         return Root(ctx.whole_root(), progress=progress)
@@ -353,7 +355,7 @@ def tree(
 
 def diff(ctx: Context, a: str, b: str) -> DiffResult:
     from .diff import diff as diff_sessions
-    from .discovery import locate
+    from .sessionarg import locate
 
     return diff_sessions(locate(a, ctx.root_option, ctx.env), locate(b, ctx.root_option, ctx.env))
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import appending, layout, writer
 from . import oplog as messages
-from .discovery import Root, SessionEntry, locate
+from .discovery import Root
 from .errors import (
     CorruptLog,
     DshForkError,
@@ -39,6 +39,8 @@ from .relinkplan import Opener, _Copy, _Level, _Match, _open, _Opened, _Planner
 from .relinkresult import NO_AGENTS_REASON, RelinkAllResult, RelinkSummary
 from .relinkwalk import _Parent, _Walker
 from .resumable import unresumable
+from .sessionarg import locate
+from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
 from .workspace import Workspace, moved_workspace
 

@@ -20,7 +20,7 @@ from msgspec import Struct, field
 
 from . import seeded
 from .catalog import fact_from_descriptor
-from .discovery import Root, SessionEntry
+from .discovery import Root
 from .errors import CorruptLog, DshForkError, IoError, SessionNotFound, unsupported_below_v4
 from .forkpoint import (
     _NONE,
@@ -39,6 +39,7 @@ from .model import Facts, facts_of
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import open_log
 from .records import held
+from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
 
 LINEAGE_CYCLE = "lineage cycle"

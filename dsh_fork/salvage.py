@@ -23,7 +23,6 @@ from msgspec import Struct
 
 from . import documents as docs
 from . import frames as zframes
-from .discovery import locate
 from .errors import CorruptLog, UsageError
 from .fork import ForkOptions, ForkResult, fork
 from .generations import SUPPORTED_VERSION, Generation
@@ -33,6 +32,7 @@ from .model import TURN_TYPES, derive
 from .reader import header_line, open_log, stable_read
 from .records import parse_event, parse_header
 from .results import Documented
+from .sessionarg import locate
 from .sessionlog import Committed, FramedLog, SessionLog
 
 MAX_SALVAGE_BYTES = 32 << 20

@@ -36,7 +36,7 @@ from msgspec import Struct, field
 
 from . import documents as docs
 from . import frames as zframes
-from .discovery import Root, SessionEntry, odd_generation
+from .discovery import Root
 from .envelopes import typed_run
 from .errors import DshForkError, IoError, UsageError
 from .fsdir import open_regular_stat
@@ -48,6 +48,7 @@ from .model import Facts, derive
 from .reader import check_version, header_line, open_log
 from .records import Event, Header, dig, parse_event, parse_header
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .sessionentry import SessionEntry, odd_generation
 from .source import FileBytes, identity_of
 from .times import iso_ms
 

@@ -32,7 +32,7 @@ from msgspec import Struct, field
 
 from . import documents as docs
 from . import faults
-from .discovery import Root, SessionEntry, locate
+from .discovery import Root
 from .display import counted
 from .errors import (
     DshForkError,
@@ -48,6 +48,8 @@ from .ids import now_ms
 from .kinds import KindRule
 from .locking import running
 from .results import SCHEMA_VERSION, Documented, Whole
+from .sessionarg import locate
+from .sessionentry import SessionEntry
 from .times import iso_ms
 
 TRASH_DIR = "dsh-fork-trash"

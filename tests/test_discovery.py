@@ -14,7 +14,7 @@ import pytest
 from conftest import NON_CANONICAL_NAMES
 
 from dsh_fork import discovery, generations
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.errors import (
     CorruptLog,
     DshForkError,
@@ -26,6 +26,7 @@ from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.layout import encode_segment
 from dsh_fork.reader import open_log, read_header
+from dsh_fork.sessionarg import locate
 
 FX = "/fx"
 
@@ -739,7 +740,7 @@ def test_a_listing_parses_no_header_line_and_each_use_parses_it_once_at_most(
         parses.append(line)
         return orjson.loads(line), False
 
-    from dsh_fork import records
+    from dsh_fork import records, sessionentry
 
     fast = records._fast_header
 
@@ -748,7 +749,7 @@ def test_a_listing_parses_no_header_line_and_each_use_parses_it_once_at_most(
         return fast(line, file_version)
 
     monkeypatch.setattr(records, "parse_line", counted)
-    monkeypatch.setattr(discovery, "parse_line", counted)
+    monkeypatch.setattr(sessionentry, "parse_line", counted)
     monkeypatch.setattr(records, "_fast_header", counted_fast)
     listed = Root(root)
     first, second = listed.entries()

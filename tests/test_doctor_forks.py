@@ -11,13 +11,14 @@ from conftest import run_cli
 from relinkkit import CWD, fork_of, legacy_copy, subagent
 
 from dsh_fork import kinds, relinkplan
-from dsh_fork.discovery import Root, SessionEntry
+from dsh_fork.discovery import Root
 from dsh_fork.doctor import doctor
 from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.generations import Generation
 from dsh_fork.kinds import KindRule
 from dsh_fork.reader import open_log
 from dsh_fork.relink import relink
+from dsh_fork.sessionentry import SessionEntry
 from dsh_fork.sessionlog import SessionLog
 
 NO_HOME = {"DSH_HOME": ""}

@@ -23,7 +23,7 @@ from conftest import FOREIGN, require_foreign
 
 from dsh_fork import frames as zframes
 from dsh_fork.agents import list_agents
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.doctor import doctor
 from dsh_fork.errors import CorruptLog, DshForkError, UnsupportedFormat
 from dsh_fork.fixtures import Clock
@@ -33,6 +33,7 @@ from dsh_fork.inspect import InspectReport, inspect_session
 from dsh_fork.model import MODEL_TYPES, facts_of
 from dsh_fork.reader import open_log
 from dsh_fork.records import PACKED_TYPES, parse_line
+from dsh_fork.sessionarg import locate
 
 require_foreign()
 ROOTS = FOREIGN / "roots"

@@ -111,7 +111,7 @@ def test_a_lookup_by_prefix_lists_the_root_and_the_session_dir_once(
     """The lookup of a unique id prefix lists the root and each project dir once, and the
     dir of the session it finds once: the expansion hands on the dirs and generations it
     found."""
-    from dsh_fork.discovery import locate
+    from dsh_fork.sessionarg import locate
 
     root = tmp_path / "root"
     tree = generate(root, sessions=1, agents=2, depth=1, turns=1, seed=3)

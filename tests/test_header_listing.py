@@ -9,12 +9,13 @@ from typing import Any
 
 import orjson
 
-from dsh_fork.discovery import Root, SessionEntry
+from dsh_fork.discovery import Root
 from dsh_fork.errors import DshForkError
 from dsh_fork.fixtures import write_log_file
 from dsh_fork.generations import canonical_name
 from dsh_fork.reader import read_header
 from dsh_fork.records import Header, header_of, parse_header
+from dsh_fork.sessionentry import SessionEntry
 
 V4: dict[str, Any] = {
     "type": "session",

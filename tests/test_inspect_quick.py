@@ -25,7 +25,6 @@ from conftest import FOREIGN
 from lineagekit import generate_oddities
 
 from dsh_fork import inspect as inspect_module
-from dsh_fork.discovery import locate
 from dsh_fork.errors import CorruptLog, DshForkError
 from dsh_fork.eventcheck import Validator
 from dsh_fork.findings import Finding
@@ -33,6 +32,7 @@ from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.generations import MAX_SAFE_INTEGER, list_generations
 from dsh_fork.model import Facts
 from dsh_fork.records import dumps_record, parse_event, parse_header
+from dsh_fork.sessionarg import locate
 
 SEED_LINES = 40
 MUTATED_LOGS = 3000

@@ -42,7 +42,7 @@ from safetykit import (
 )
 
 from dsh_fork import faults, writer
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.durable import is_own_temp
 from dsh_fork.errors import SessionAlreadyExists
 from dsh_fork.fixtures import Clock, Ids
@@ -52,6 +52,7 @@ from dsh_fork.layout import encode_segment, project_key
 from dsh_fork.reader import current_generation, open_log
 from dsh_fork.relink import relink, relink_arg
 from dsh_fork.relinkresult import RelinkSummary
+from dsh_fork.sessionarg import locate
 
 DEEP = os.environ.get("DSH_FORK_FUZZ") == "deep"
 NOW = 1_800_000_000_000

@@ -14,10 +14,11 @@ import pytest
 from conftest import SAMPLES, require_samples, tree_digest
 
 from dsh_fork import frames as zframes
-from dsh_fork.discovery import Root, locate
+from dsh_fork.discovery import Root
 from dsh_fork.locking import probe
 from dsh_fork.model import MODEL_TYPES, facts_of, last_inherited_time
 from dsh_fork.reader import open_log, read_header
+from dsh_fork.sessionarg import locate
 
 require_samples()
 FACTS: dict[str, Any] = orjson.loads((SAMPLES / "facts.json").read_bytes())
