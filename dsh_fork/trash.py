@@ -24,7 +24,7 @@ import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import msgspec
 import orjson
@@ -678,20 +678,34 @@ def _check_same_fs(root_path: Path) -> None:
         )
 
 
+Place = Literal["root", "trash"]
+"""Where a trashed session's dir is: in the root, or in its trash entry."""
+
+
+def _move_each(
+    root_path: Path, entry: Entry, sessions: Iterable[Moved], source: Place, target: Place
+) -> None:
+    """Move each of ``sessions`` that is still in ``source`` ("root" or "trash") to
+    ``target``, and note where each is. A project dir made on the way takes the mode noted
+    in the entry and the owner of the project dir it comes from (the entry's takes the
+    root's, which restore gives back)."""
+    entry_path = Path(entry.path)
+    places = {"root": root_path, "trash": entry_path}
+    for moved in sessions:
+        where = _where(root_path, entry_path, moved)
+        if where == source:
+            mode = entry.modes.get(moved.project, DIR_MODE)
+            here, there = places[source] / moved.project, places[target] / moved.project
+            _move(here, there, moved.dir, mode=mode, owner=_owner_of(here))
+            where = target
+        moved.where = where
+
+
 def _trash_moves(root_path: Path, entry: Entry, *, entry_fd: DirFd | None = None) -> None:
     """Move every session still in the root into the entry (children first), then say so."""
     entry_path = Path(entry.path)
     owner = _owner_of(root_path.parent)
-    for moved in reversed(entry.sessions):
-        where = _where(root_path, entry_path, moved)
-        if where == "root":
-            mode = entry.modes.get(moved.project, DIR_MODE)
-            # the entry's project dir takes the project dir's owner, which restore gives back
-            project_owner = _owner_of(root_path / moved.project)
-            _move(root_path / moved.project, entry_path / moved.project, moved.dir, mode=mode,
-                  owner=project_owner)  # fmt: skip
-            where = "trash"
-        moved.where = where
+    _move_each(root_path, entry, reversed(entry.sessions), "root", "trash")
     entry.registry = _registry_edit(root_path, entry, attach=False)
     entry.state = TRASHED
     if entry_fd is None:
@@ -823,15 +837,7 @@ def restore(root_path: Path, what: str, *, dry_run: bool = False) -> RestoreResu
 def _restore_moves(root_path: Path, entry: Entry) -> None:
     """Move every session still in the entry back (parents first), then remove the entry."""
     entry_path = Path(entry.path)
-    for moved in entry.sessions:
-        where = _where(root_path, entry_path, moved)
-        if where == "trash":
-            mode = entry.modes.get(moved.project, DIR_MODE)
-            owner = _owner_of(entry_path / moved.project)
-            _move(entry_path / moved.project, root_path / moved.project, moved.dir, mode=mode,
-                  owner=owner)  # fmt: skip
-            where = "root"
-        moved.where = where
+    _move_each(root_path, entry, entry.sessions, "trash", "root")
     entry.registry = _registry_edit(root_path, entry, attach=True)
     trash = _open_trash(root_path, create=False)
     if trash is None:
