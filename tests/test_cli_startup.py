@@ -17,6 +17,9 @@ from dsh_fork.cli import app as app_module
 from dsh_fork.fixtures import generate
 
 COMMAND_MODULES = {"doctor", "fixture", "fork", "inspect", "list_agents", "relink"}
+SHARED_MODULES = {"app", "argv", "base", "options", "progress"}
+"""The CLI's own modules that are no command: the app, and the options and meter the
+commands declare and run with."""
 
 
 def loaded_commands(*args: str) -> tuple[set[str], str]:
@@ -26,7 +29,7 @@ def loaded_commands(*args: str) -> tuple[set[str], str]:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("loaded: ")
     names = {m.removeprefix("dsh_fork.cli.") for m in last.removeprefix("loaded: ").split()}
-    return names - {"app", "argv", "base"}, proc.stdout
+    return names - SHARED_MODULES, proc.stdout
 
 
 @pytest.mark.parametrize(
