@@ -230,14 +230,14 @@ LIST_FLOOR = (
 
 # The doctor floor: what doctor cannot skip beyond the read floor — every log of the root
 # opened by the read recipe (``reader.open_log``: stable read, frame scan, every event line
-# parsed whole) and every event through the v4 checklist (``validation.Validator``); no
+# parsed whole) and every event through the v4 checklist (``eventcheck.Validator``); no
 # listing, root rule, lock probe or lineage. Argument: a sessions root.
 DOCTOR_FLOOR = (
     "import os,sys\n"
     "from pathlib import Path\n"
     "from dsh_fork.generations import Generation\n"
     "from dsh_fork.reader import open_log\n"
-    "from dsh_fork.validation import Validator\n"
+    "from dsh_fork.eventcheck import Validator\n"
     "for project in os.scandir(sys.argv[1]):\n"
     "  for session in os.scandir(project.path):\n"
     f"    path=Path(session.path,{CURRENT_NAME!r})\n"
