@@ -266,23 +266,6 @@ def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
-def session_argument(help_text: str, metavar: str = "SESSION") -> Any:
-    """The SESSION argument every command takes, with id completion."""
-    return typer.Argument(..., metavar=metavar, help=help_text, autocompletion=complete_session)
-
-
-def family_argument(help_text: str) -> Any:
-    """The optional SESSION of ``tree`` and ``du``: without it the whole root is read."""
-    return typer.Argument(
-        None, metavar="[SESSION]", help=help_text, autocompletion=complete_session
-    )
-
-
-SESSION_HELP = (
-    "Session id (or a unique prefix of one, `session-` left out or not), session dir, or log file."
-)
-
-
 class Out:
     """stdout for results (rich only on a terminal), stderr for warnings and errors."""
 

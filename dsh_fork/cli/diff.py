@@ -6,17 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import (
-    SESSION_HELP,
-    Out,
-    app,
-    emit,
-    iso,
-    root_of,
-    run,
-    session_argument,
-)
-from .options import json_option, root_option
+from .base import Out, app, emit, iso, root_of, run
+from .options import SESSION_HELP, json_option, root_option, session_argument
 
 DIFFERS_EXIT = 1
 """``--exit-code``: the sessions differ (git's and diff(1)'s code; INTERNAL everywhere else)."""

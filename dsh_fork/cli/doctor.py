@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import typer
-
-from .base import Out, app, complete_session, emit, root_of
-from .options import json_option, root_option
+from .base import Out, app, emit, root_of
+from .options import json_option, root_option, sessions_argument
 from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
@@ -50,11 +48,8 @@ def render(out: Out, report: DoctorReport) -> None:
     short_help="Check a sessions root read-only: root rules, logs, lineage and catalogs.",
 )
 def doctor_command(
-    sessions: list[str] | None = typer.Argument(
-        None,
-        metavar="[SESSION ...]",
-        help="Check only these sessions (root rules always).",
-        autocompletion=complete_session,
+    sessions: list[str] | None = sessions_argument(
+        "Check only these sessions (root rules always).", "[SESSION ...]"
     ),
     json_mode: bool = json_option(),
     root: str | None = root_option(),

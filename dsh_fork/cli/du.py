@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import Out, app, emit, family_argument, root_of
-from .options import json_option, root_option
+from .base import Out, app, emit, root_of
+from .options import family_argument, json_option, root_option
 from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs

@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import UsageError
-from .base import SESSION_HELP, Out, app, emit, fail, root_of, session_argument
-from .options import FORMAT_HELP, archive_format, json_option, root_option
+from .base import Out, app, emit, fail, root_of
+from .options import (
+    FORMAT_HELP,
+    SESSION_HELP,
+    archive_format,
+    json_option,
+    root_option,
+    session_argument,
+)
 from .progress import metered
 
 if TYPE_CHECKING:

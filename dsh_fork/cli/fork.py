@@ -7,15 +7,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import UsageError
-from .base import (
-    Out,
-    app,
-    emit,
-    fail,
-    root_of,
-    session_argument,
-    when,
-)
+from .base import Out, app, emit, fail, root_of, when
 from .options import (
     absolute_dir,
     cwd_option,
@@ -23,6 +15,7 @@ from .options import (
     json_option,
     no_workspace_option,
     root_option,
+    session_argument,
 )
 from .progress import metered
 

@@ -7,18 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .base import (
-    SESSION_HELP,
-    Out,
-    app,
-    emit,
-    iso,
-    root_of,
-    run,
-    session_argument,
-    when,
-)
-from .options import json_option, root_option
+from .base import Out, app, emit, iso, root_of, run, when
+from .options import SESSION_HELP, json_option, root_option, session_argument
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..inspect import InspectReport

@@ -36,11 +36,26 @@ def dry_run_option(help_text: str) -> Any:
     return typer.Option(False, "--dry-run", help=help_text)
 
 
-def sessions_argument(help_text: str) -> Any:
-    """Any number of SESSIONs (none is allowed: the command then asks for another mode)."""
-    return typer.Argument(
-        None, metavar="[SESSION]...", help=help_text, autocompletion=complete_session
-    )
+SESSION_HELP = (
+    "Session id (or a unique prefix of one, `session-` left out or not), session dir, or log file."
+)
+
+
+def session_argument(help_text: str, metavar: str = "SESSION") -> Any:
+    """The SESSION argument every command takes, with id completion."""
+    return typer.Argument(..., metavar=metavar, help=help_text, autocompletion=complete_session)
+
+
+def family_argument(help_text: str, metavar: str = "[SESSION]") -> Any:
+    """An optional SESSION (``tree``, ``du``; relink's FORK_CHILD, which --all replaces):
+    without it the whole root is read."""
+    return typer.Argument(None, metavar=metavar, help=help_text, autocompletion=complete_session)
+
+
+def sessions_argument(help_text: str, metavar: str = "[SESSION]...") -> Any:
+    """Any number of SESSIONs (none is allowed: the command then reads the whole root, or
+    asks for another mode)."""
+    return typer.Argument(None, metavar=metavar, help=help_text, autocompletion=complete_session)
 
 
 def since_option() -> Any:

@@ -8,8 +8,8 @@ import typer
 
 from ..display import counted
 from ..errors import UsageError
-from .base import Out, app, complete_session, emit, fail, root_of
-from .options import dry_run_option, json_option, root_option
+from .base import Out, app, emit, fail, root_of
+from .options import dry_run_option, family_argument, json_option, root_option
 from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported when the command runs, not when the CLI loads
@@ -130,11 +130,8 @@ def _interrupted(bar: Meter) -> str:
     short_help="Copy a fork's subagent tree under the fork child (never a move).",
 )
 def relink(
-    fork_child: str | None = typer.Argument(
-        None,
-        metavar="FORK_CHILD",
-        help="Fork child id (or a unique prefix), session dir or log file.",
-        autocompletion=complete_session,
+    fork_child: str | None = family_argument(
+        "Fork child id (or a unique prefix), session dir or log file.", "FORK_CHILD"
     ),
     all_forks: bool = typer.Option(False, "--all", help="Relink every fork child of the root."),
     dry_run: bool = dry_run_option("Print the full plan; write nothing under the root."),

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .base import Out, app, emit, root_of, run, session_argument
+from .base import Out, app, emit, root_of, run
 from .fork import _render as render_fork
-from .options import dry_run_option, json_option, root_option
+from .options import dry_run_option, json_option, root_option, session_argument
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..salvage import SalvageResult
