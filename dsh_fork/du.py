@@ -182,8 +182,10 @@ Measured = dict[str, tuple[int, int]]
 
 
 def _usage(node: Node, family: str, measured: Measured) -> SessionUsage:
-    """A session's usage, made at once (a root of 100,000 sessions makes as many)."""
+    """A session's usage, made at once (a root of 100,000 sessions makes as many), while the
+    node still has its entry (``lineage``'s ``settle``)."""
     entry = node.entry
+    assert entry is not None  # settled before the lineage releases it
     sizes = entry.sizes  # measured by the listing of a whole root, on two cores
     total, log_bytes = dir_bytes(entry.dir_text) if sizes is None else sizes
     kind = node.kind
@@ -192,7 +194,7 @@ def _usage(node: Node, family: str, measured: Measured) -> SessionUsage:
     if kind == "unreadable":
         inherited, flags = None, ("unreadable",)
     elif node.is_seeded:
-        read = measured.get(node.path)
+        read = measured.pop(node.path, None)  # each is asked for once
         if read is None:
             inherited, flags = None, (f"unreadable log: {node.error}",)
         else:
@@ -219,10 +221,49 @@ def measure(measured: Measured) -> Callable[[Node, SessionLog], None]:
     return hook
 
 
-def disk_usage(forest: Lineage, measured: Measured, *, top: int | None = None) -> DiskUsage:
-    """Sizes of every session of a lineage, grouped by family and by project dir; the seeded
-    logs were measured while the lineage was read (``measure``)."""
-    return _disk_usage(forest, measured, top)
+class Tally:
+    """The sums ``du`` makes, session by session as the lineage settles each node (family by
+    family, its top first), so that no node outlives its usage row: sessions, families (by
+    top) and project dirs."""
+
+    def __init__(self, measured: Measured) -> None:
+        self.measured = measured
+        self.sessions: list[SessionUsage] = []
+        self.families: list[Group] = []
+        self.projects: dict[str, Group] = {}
+
+    def settle(self, node: Node, head: Node) -> None:
+        usage = _usage(node, head.id, self.measured)
+        self.sessions.append(usage)
+        if node is head:
+            self.families.append(Group.of(head.id, usage))
+        else:
+            self.families[-1].add(usage)
+        project = node.project
+        summed = self.projects.get(project)
+        if summed is None:
+            self.projects[project] = Group.of(project, usage)
+        else:
+            summed.add(usage)
+
+    def result(self, forest: Lineage, top: int | None) -> DiskUsage:
+        """Every session, family and project dir, largest first; a log that could not be
+        measured is warned of after the lineage's own warnings."""
+        sessions = self.sessions
+        result = DiskUsage(
+            root=forest.root,
+            session=forest.session,
+            sessions=_largest_first(sessions, "path"),
+            families=_largest_first(self.families, "name"),
+            projects=_largest_first(list(self.projects.values()), "name"),
+            top=top,
+            warnings=list(forest.warnings),
+        )
+        for usage in sessions:
+            for flag in usage.flags:
+                if flag.startswith("unreadable log"):
+                    result.warnings.append(f"{usage.path}: {flag}")
+        return result
 
 
 def _largest_first(items: list[_Sized], name: str) -> list[_Sized]:
@@ -231,47 +272,6 @@ def _largest_first(items: list[_Sized], name: str) -> list[_Sized]:
     items.sort(key=attrgetter(name))
     items.sort(key=attrgetter("bytes"), reverse=True)  # stable: equal sizes stay by name
     return items
-
-
-def _disk_usage(forest: Lineage, measured: Measured, top: int | None) -> DiskUsage:
-    sessions: list[SessionUsage] = []
-    families: list[Group] = []
-    projects: dict[str, Group] = {}
-    for head in forest.tops:
-        group: Group | None = None
-        stack = [head]
-        while stack:
-            node = stack.pop()
-            if node.children:
-                stack.extend(node.children)
-            usage = _usage(node, head.id, measured)
-            sessions.append(usage)
-            if group is None:
-                group = Group.of(head.id, usage)
-            else:
-                group.add(usage)
-            project = node.project
-            summed = projects.get(project)
-            if summed is None:
-                projects[project] = Group.of(project, usage)
-            else:
-                summed.add(usage)
-        assert group is not None  # the head itself is in it
-        families.append(group)
-    result = DiskUsage(
-        root=forest.root,
-        session=forest.session,
-        sessions=_largest_first(sessions, "path"),
-        families=_largest_first(families, "name"),
-        projects=_largest_first(list(projects.values()), "name"),
-        top=top,
-        warnings=list(forest.warnings),
-    )
-    for usage in sessions:
-        for flag in usage.flags:
-            if flag.startswith("unreadable log"):
-                result.warnings.append(f"{usage.path}: {flag}")
-    return result
 
 
 def disk_usage_of(
@@ -293,6 +293,6 @@ def disk_usage_of(
         sized(node, log)
         count()
 
-    forest = lineage_of(scope, session=session, detail=False, hook=hook)
-    usage = disk_usage(forest, measured, top=top)
-    return usage
+    tally = Tally(measured)
+    forest = lineage_of(scope, session=session, detail=False, hook=hook, settle=tally.settle)
+    return tally.result(forest, top)

@@ -140,6 +140,13 @@ class KindRule:
             facts = Evidence.of(facts)
         self._evidence[session_id] = facts
 
+    def forget(self) -> None:
+        """Drop what was learned and settled: a caller that reads a root family by family
+        (``tree``) forgets each family once it is done, and so holds no evidence (catalogued
+        ids) of every session of the root at its end. A session asked of again is read again."""
+        self._evidence.clear()
+        self._why.clear()
+
     def evidence(self, entry: SessionEntry) -> Evidence | None:
         session_id = entry.id
         if session_id is None:

@@ -80,7 +80,9 @@ class Node(Documented, Struct):
     parent: str | None
     created_at: int | None
     is_seeded: bool
-    entry: SessionEntry
+    entry: SessionEntry | None
+    """What the listing read of its dir, until the lineage is complete (``lineage``): then
+    None, so a root of 100,000 sessions keeps no header line or dir text beside each node."""
     version: int | None = None
     """The chosen generation's version, read from the entry while it is at hand."""
     cut: int | None = None
@@ -94,18 +96,25 @@ class Node(Documented, Struct):
     flags: list[str] = field(default_factory=list)
     children: list[Node] = field(default_factory=list)
     workspace: Placement | None = None
-    """The workspace of DSH's registry that lists it (``with_workspaces``), else None."""
+    """The workspace of DSH's registry that lists it (``lineage`` with ``workspaces``), else
+    None."""
     archived: bool = False
     pinned: bool = False
 
     @property
     def session_dir(self) -> Path:
-        return self.entry.session_dir
+        return self._entry().session_dir
 
     @property
     def generation(self) -> Generation | None:
         """The chosen generation; built only for the sessions whose log is opened."""
-        return self.entry.generation
+        return self._entry().generation
+
+    def _entry(self) -> SessionEntry:
+        """The entry, asked for only while the lineage is built (it is released after)."""
+        if self.entry is None:
+            raise RuntimeError(f"{self.path}: the entry was released with the lineage")
+        return self.entry
 
     @property
     def project(self) -> str:
@@ -224,7 +233,10 @@ def _edges(nodes: list[Node]) -> list[Edge]:
 # -- building the forest --------------------------------------------------------------------
 
 
-def _node(entry: SessionEntry) -> Node:
+def _node(entry: SessionEntry, place: Placer | None = None) -> Node:
+    """The node of a listed entry, placed in its workspace (``place``) while its header is
+    parsed; the entry then sheds its header line (it keeps its dir, names, sizes, id and
+    parent), except a fork-like node's, whose kind is settled from its header later."""
     dir_text = entry.dir_text  # no Path per session: most are only drawn, never opened
     head, name = dir_text.rsplit(os.sep, 1)
     path = f"{head.rsplit(os.sep, 1)[-1]}/{name}"
@@ -240,11 +252,16 @@ def _node(entry: SessionEntry) -> Node:
             entry,
             entry.version,  # the chosen generation's, without building it
         )
-        entry.forget()  # back to its header line: most nodes are drawn, never opened
+        if place is not None:
+            place(node)
+        if unsettled(node.kind):
+            entry.forget()  # back to its header line: ``settled_kind`` reads it again
+        else:
+            entry.shed()  # a header asked for again is read from the log
         return node
     error = entry.error
     created_at = entry.created_at
-    return Node(
+    unreadable = Node(
         id=entry.id or name,
         path=path,
         kind="unreadable",
@@ -256,6 +273,9 @@ def _node(entry: SessionEntry) -> Node:
         error=error.message if error is not None else "unreadable header",
         flags=["unreadable"],
     )
+    if place is not None:
+        place(unreadable)
+    return unreadable
 
 
 def _created(node: Node) -> int:
@@ -270,7 +290,11 @@ def _order(node: Node) -> tuple[Any, ...]:
     return tuple(key(node) for key in _ORDER_KEYS)
 
 
-def build_forest(root: Root) -> list[Node]:
+Placer = Callable[[Node], None]
+"""Sets a node's workspace, archived and pinned state (``_placer``)."""
+
+
+def build_forest(root: Root, place: Placer | None = None) -> list[Node]:
     """Every session of ``root`` placed under its parent; returns the top nodes, sorted.
 
     A node is at the top when it names no parent, when its parent is not in the root (flagged
@@ -278,7 +302,7 @@ def build_forest(root: Root) -> list[Node]:
     parent cycle (flagged ``cycle``; the edge that closes the cycle is not followed).
     """
     # the dirs that cannot be listed too (no permission, a link): named, never left out
-    nodes = list(map(_node, [*root.entries(), *root.unlisted()]))
+    nodes = [_node(entry, place) for entry in [*root.entries(), *root.unlisted()]]
     for key in reversed(_ORDER_KEYS):  # stable sorts, least significant key first: in
         nodes.sort(key=key)  # ``_order`` with no tuple per node (10 ms of 100,000 nodes)
     return _place(nodes)
@@ -431,17 +455,19 @@ class _Reader:
             queue.extend(node.children)
             if self.wanted(node):
                 self.open(node, keep=node.kind in ("subagent", "copy"))
-            if unsettled(node.kind) and node.entry.header is not None:
-                node.kind = settled_kind(node.entry.header, self.kinds.why(node.entry))
+            entry = node._entry()
+            if unsettled(node.kind) and entry.header is not None:
+                node.kind = settled_kind(entry.header, self.kinds.why(entry))
             copies = [c for c in node.children if c.kind == "copy"]
             if copies:
                 self._match(node, copies, index)
         self.kept.clear()
         self.done.clear()
+        self.kinds.forget()  # a family's parents are in it: no later family asks of them
         stack = [top]
         while stack:  # the paths and parsed headers the reads built are not kept
             node = stack.pop()
-            node.entry.forget()
+            node._entry().forget()
             stack.extend(node.children)
 
     def _match(self, node: Node, copies: list[Node], index: Mapping[str, Node]) -> None:
@@ -522,6 +548,11 @@ def _index(top: Node) -> dict[str, Node]:
 # -- the command --------------------------------------------------------------------------------
 
 
+Settle = Callable[[Node, Node], None]
+"""Called with each node and the top of its family, parents first, while the node still has
+its entry (``du`` takes each session's sizes from it)."""
+
+
 def lineage(
     root: Root,
     *,
@@ -529,41 +560,75 @@ def lineage(
     session: str | None = None,
     detail: bool = True,
     hook: LogHook | None = None,
+    workspaces: bool = False,
+    settle: Settle | None = None,
 ) -> Lineage:
     """The forest of ``root``, or only the family holding ``session_dir``.
 
     With ``detail`` the titles, labels and turn counts of every session that has relatives
     (a parent or children) are read too; seeded sessions are always read, for their cut. A
     session without relatives is shown from its header alone, so a root of thousands of
-    unrelated sessions costs their header frames.
+    unrelated sessions costs their header frames. With ``workspaces`` each node's workspace,
+    archived and pinned state come from the registry of the root's home.
+
+    Once complete, the lineage keeps no entry: each node keeps what it shows, and the root's
+    listing is released. A caller that settles every node (``settle``: ``du``) keeps what it needs
+    of each and gets no nodes back (no tops), so nothing per session outlives its settling.
     """
-    tops = build_forest(root)
+    placing: list[str] = []  # a refused registry's warning
+    tops = build_forest(root, _placer(root.path, placing) if workspaces else None)
     if session_dir is not None:
         family = family_of(tops, session_dir)
         tops = [] if family is None else [family]
     _enrich(tops, KindRule(root), everyone=detail, hook=hook)
+    root.invalidate()  # every entry the lineage needs is held by its node, until released
     result = Lineage(root.path, session, tops)
-    for node in result.unreadable():
-        result.warnings.append(f"unreadable session {node.path}: {node.error}")
+    unreadable: list[Node] = []
+    kept = settle is None
+    heads = tops if kept else tops[::-1]
+    for head in heads if kept else _drained(heads):
+        stack = [head]
+        while stack:  # display order: parents first, children in order
+            node = stack.pop()
+            if node.kind == "unreadable":
+                unreadable.append(node)
+            if settle is not None:
+                settle(node, head)
+            node.entry = None
+            if node.children:
+                stack.extend(reversed(node.children))
+            if not kept:
+                node.children = []
+    result.warnings = [f"unreadable session {n.path}: {n.error}" for n in unreadable]
+    result.warnings += placing
     return result
 
 
-def with_workspaces(found: Lineage) -> Lineage:
-    """Each node's workspace, archived and pinned state, from the registry of the root's
-    home (``registry``); nothing when the home has none."""
+def _drained(reversed_tops: list[Node]) -> Iterator[Node]:
+    """The tops in order, each let go of by the list as it is handed out."""
+    while reversed_tops:
+        yield reversed_tops.pop()
+
+
+def _placer(root: Path, warnings: list[str]) -> Placer | None:
+    """What sets a node's workspace, archived and pinned state from the registry of the
+    root's home (``registry``), while the node's header is at hand; None when the home has
+    none (a refused registry is warned of in ``warnings``)."""
     from . import registry
 
-    reg = registry.load(registry.home_of(found.root))
+    reg = registry.load(registry.home_of(root))
     if reg.state == "refused":
-        found.warnings.append(f"the workspace registry {reg.path} is not used: {reg.reason}")
+        warnings.append(f"the workspace registry {reg.path} is not used: {reg.reason}")
     if not reg.present:
-        return found
-    for node in found.nodes():
-        header = node.entry.header
+        return None
+
+    def place(node: Node) -> None:
+        entry = node.entry
+        header = None if entry is None else entry.header
         node.workspace = reg.placement(node.id, None if header is None else header.cwd)
         node.archived, node.pinned = reg.archived(node.id), reg.pinned(node.id)
-        node.entry.forget()
-    return found
+
+    return place
 
 
 def lineage_of(
@@ -572,13 +637,21 @@ def lineage_of(
     session: str | None = None,
     detail: bool = True,
     hook: LogHook | None = None,
+    workspaces: bool = False,
+    settle: Settle | None = None,
 ) -> Lineage:
     """The lineage of a whole root, or of the family of a located ``session`` (the lookup's
     warnings first): what ``tree`` shows and ``du`` measures."""
     if isinstance(scope, Root):
-        return lineage(scope, detail=detail, hook=hook)
+        return lineage(scope, detail=detail, hook=hook, workspaces=workspaces, settle=settle)
     found = lineage(
-        scope.root, session_dir=scope.session_dir, session=session, detail=detail, hook=hook
+        scope.root,
+        session_dir=scope.session_dir,
+        session=session,
+        detail=detail,
+        hook=hook,
+        workspaces=workspaces,
+        settle=settle,
     )
     found.warnings[:0] = scope.warnings
     return found

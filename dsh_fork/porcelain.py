@@ -342,15 +342,17 @@ def tree(
             f"--format {fmt} prints a picture's source, not a JSON document; "
             "give --format or --json, not both"
         )
-    from .lineage import with_workspaces
     from .progress import counter
     from .tree import narrow
 
     count = counter(progress, "logs read")
     found = lineage_of(
-        _scope(ctx, session, progress), session=session, hook=lambda _node, _log: count()
+        _scope(ctx, session, progress),
+        session=session,
+        hook=lambda _node, _log: count(),
+        workspaces=True,
     )
-    return narrow(with_workspaces(found), depth)
+    return narrow(found, depth)
 
 
 def diff(ctx: Context, a: str, b: str) -> DiffResult:

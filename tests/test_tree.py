@@ -25,6 +25,7 @@ from dsh_fork.layout import project_dir_name
 from dsh_fork.lineage import PLACED_AT_TOP, Lineage, Node, lineage
 from dsh_fork.porcelain import Context
 from dsh_fork.reader import read_header
+from dsh_fork.sessionentry import SessionEntry
 from dsh_fork.tree import dot, mermaid, plain_lines
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -65,11 +66,23 @@ def assert_every_session_once(root: Path, found: Lineage) -> None:
         assert keys == sorted(keys)
 
 
+def entries_by_path(root: Path) -> dict[str, SessionEntry]:
+    """A fresh listing's entries by node path (``<project dir>/<session dir>``)."""
+    listing = Root(root)
+    return {
+        f"{e.session_dir.parent.name}/{e.session_dir.name}": e
+        for e in [*listing.entries(), *listing.unlisted()]
+    }
+
+
 def assert_nodes_say_what_their_entries_say(found: Lineage) -> None:
     """A node is made from its validated header and its dir's text, without the ``Path`` or
-    ``Generation`` of its entry: each field must be what the entry itself answers."""
+    ``Generation`` of its entry: each field must be what the entry itself answers (the entry
+    of a fresh listing: the lineage keeps none once complete)."""
+    entries = entries_by_path(found.root)
     for node in found.nodes():
-        entry = node.entry
+        assert node.entry is None
+        entry = entries[node.path]
         session_dir = entry.session_dir
         assert node.path == f"{session_dir.parent.name}/{session_dir.name}"
         assert node.id == (entry.id or session_dir.name)
@@ -298,8 +311,9 @@ def test_foreign_roots_show_every_session_once(name: str, tmp_path: Path) -> Non
     found = porcelain.tree(Context.of(str(source)), None)
     assert_every_session_once(source, found)
     assert_nodes_say_what_their_entries_say(found)
+    entries = entries_by_path(source)
     for node in found.nodes():
-        generation = node.generation
+        generation = entries[node.path].generation
         if node.kind == "unreadable" or generation is None:
             continue
         header = read_header(generation)
