@@ -93,8 +93,10 @@ class Node(Documented, Struct):
     label: str | None = None
     copy_of: str | None = None
     error: str | None = None
-    flags: list[str] = field(default_factory=list)
-    children: list[Node] = field(default_factory=list)
+    flags: tuple[str, ...] = ()
+    """A tuple, and ``children`` one, so that a leaf without flags, most nodes of a root,
+    holds the shared empty tuple, not two empty lists."""
+    children: tuple[Node, ...] = ()
     workspace: Placement | None = None
     """The workspace of DSH's registry that lists it (``lineage`` with ``workspaces``), else
     None."""
@@ -145,7 +147,7 @@ class Node(Documented, Struct):
             label=self.label,
             copy_of=self.copy_of,
             error=self.error,
-            flags=self.flags,
+            flags=list(self.flags),
             children=[child.path for child in children] if children else [],
             workspace=None if self.workspace is None else self.workspace.to_document(),
             archived=self.archived,
@@ -271,7 +273,7 @@ def _node(entry: SessionEntry, place: Placer | None = None) -> Node:
         entry=entry,
         version=entry.version,
         error=error.message if error is not None else "unreadable header",
-        flags=["unreadable"],
+        flags=("unreadable",),
     )
     if place is not None:
         place(unreadable)
@@ -314,7 +316,7 @@ def _place(ordered: list[Node]) -> list[Node]:
     by_id: dict[str, Node] = {}
     for node in ordered:
         if node.id in by_id:
-            node.flags.append(DUPLICATE_ID)
+            node.flags += (DUPLICATE_ID,)
         else:
             by_id[node.id] = node
     ups: dict[str, Node] = {}  # path → the node it is drawn under (a top has none)
@@ -323,11 +325,11 @@ def _place(ordered: list[Node]) -> list[Node]:
         if parent_id is None:
             continue
         if parent_id == node.id:
-            node.flags.append(SELF_PARENT)
+            node.flags += (SELF_PARENT,)
             continue
         parent = by_id.get(parent_id)
         if parent is None:
-            node.flags.append(PARENT_MISSING)
+            node.flags += (PARENT_MISSING,)
             continue
         ups[node.path] = parent
     # A node that does not reach a top by its parents lies on (or hangs off) a cycle.
@@ -342,7 +344,7 @@ def _place(ordered: list[Node]) -> list[Node]:
             if current.path in seen:  # a cycle: its oldest member becomes a top
                 loop = trail[trail.index(current) :]
                 head = min(loop, key=_order)
-                head.flags.append(CYCLE)
+                head.flags += (CYCLE,)
                 del ups[head.path]
                 reaches.add(head.path)
                 break
@@ -351,12 +353,17 @@ def _place(ordered: list[Node]) -> list[Node]:
             current = ups.get(current.path)
         reaches.update(member.path for member in trail)
     tops: list[Node] = []
+    kids: dict[str, list[Node]] = {}  # parent path → its children, made a tuple at the end
     for node in ordered:
         parent = ups.get(node.path)
         if parent is None:
             tops.append(node)
         else:
-            parent.children.append(node)
+            kids.setdefault(parent.path, []).append(node)
+    for node in ordered:
+        found = kids.pop(node.path, None)
+        if found is not None:
+            node.children = tuple(found)
     return tops
 
 
@@ -424,12 +431,12 @@ class _Reader:
             log = open_log(generation, collect=FACT_TYPES)
         except DshForkError as exc:
             node.error = exc.message
-            node.flags.append("unreadable log")
+            node.flags += ("unreadable log",)
             self.kinds.learn(node.id, None)
             return None
         except OSError as exc:
             node.error = f"{generation.path}: unreadable ({exc.strerror})"
-            node.flags.append("unreadable log")
+            node.flags += ("unreadable log",)
             self.kinds.learn(node.id, None)
             return None
         facts = derive(log.header, log.event_count, log.collected)
@@ -442,7 +449,7 @@ class _Reader:
                     self.hook(node, log)
                 except DshForkError as exc:
                     node.error = exc.message
-                    node.flags.append("unreadable log")
+                    node.flags += ("unreadable log",)
         return Logged(node.id, log, facts)
 
     def family(self, top: Node) -> None:
@@ -491,7 +498,7 @@ def _apply(node: Node, facts: Facts) -> None:
     """What a node shows of its log's facts; the facts themselves are not kept (a root of
     100,000 sessions would hold every catalog and descriptor it read)."""
     if facts.torn is not None:
-        node.flags.append(TORN_TAIL)
+        node.flags += (TORN_TAIL,)
     cut = facts.cut
     ends = facts.turn_ends
     node.turns = len(ends)
@@ -598,7 +605,7 @@ def lineage(
             if node.children:
                 stack.extend(reversed(node.children))
             if not kept:
-                node.children = []
+                node.children = ()
     result.warnings = [f"unreadable session {n.path}: {n.error}" for n in unreadable]
     result.warnings += placing
     return result

@@ -55,19 +55,18 @@ def narrow(lineage: Lineage, depth: int | None) -> Lineage:
     the JSON show it). The nodes are copies; the lineage given is unchanged. Iterative."""
     if depth is None:
         return lineage
-    tops = [replace(top, children=[], flags=list(top.flags)) for top in lineage.tops]
+    tops = [replace(top, children=()) for top in lineage.tops]
     stack = [(old, new, 0) for old, new in zip(lineage.tops, tops, strict=True)]
     while stack:
         old, new, level = stack.pop()
         if not old.children:
             continue
         if level >= depth:
-            new.flags.append(f"{_below(old)} more below")
+            new.flags += (f"{_below(old)} more below",)
             continue
-        for child in old.children:
-            copy = replace(child, children=[], flags=list(child.flags))
-            new.children.append(copy)
-            stack.append((child, copy, level + 1))
+        new.children = tuple(replace(child, children=()) for child in old.children)
+        pairs = zip(old.children, new.children, strict=True)
+        stack.extend((child, copy, level + 1) for child, copy in pairs)
     return replace(lineage, tops=tops)
 
 
@@ -116,7 +115,7 @@ def _short(node: Node) -> str:
     else:
         what = node.kind
     extra = node.label if node.label is not None else node.title
-    lines = [node.id, what] + ([extra] if extra else []) + node.flags
+    lines = [node.id, what, *([extra] if extra else []), *node.flags]
     return "\n".join(lines)
 
 
@@ -148,7 +147,7 @@ def _edges_drawn(lineage: Lineage, grouped: Container[str]) -> Iterator[Edge]:
             yield edge
 
 
-def _rows(kids: list[Node], ids: dict[str, str]) -> Iterator[list[str]]:
+def _rows(kids: tuple[Node, ...], ids: dict[str, str]) -> Iterator[list[str]]:
     """The names of a group's children, ``ROW_WIDTH`` a row, in display order."""
     for start in range(0, len(kids), ROW_WIDTH):
         yield [ids[kid.path] for kid in kids[start : start + ROW_WIDTH]]
@@ -158,27 +157,32 @@ def mermaid(lineage: Lineage) -> str:
     """A Mermaid flowchart, top-down: parent → child edges, dotted copy → original edges; the
     children of a session with more than ``ROW_WIDTH`` are one subgraph, in rows of
     ``ROW_WIDTH`` (invisible links), with one edge from their parent."""
+    return "".join(line + "\n" for line in mermaid_lines(lineage))
+
+
+def mermaid_lines(lineage: Lineage) -> Iterator[str]:
+    """``mermaid`` line by line: the command writes each as it is made, so a picture of
+    100,000 sessions is never held as text."""
     ids = _ids(lineage)
     groups = {node.path: f"g{ids[node.path]}" for node in _groups(lineage)}
-    out = ["flowchart TD"]
+    yield "flowchart TD"
     for node in lineage.nodes():
         shape = ('(["', '"])') if node.kind == "fork" else ('["', '"]')
-        out.append(f"  {ids[node.path]}{shape[0]}{_mermaid_text(_short(node))}{shape[1]}")
+        yield f"  {ids[node.path]}{shape[0]}{_mermaid_text(_short(node))}{shape[1]}"
     for node in _groups(lineage):
-        out.append(f'  subgraph {groups[node.path]}["{_mermaid_text(_group_label(node))}"]')
-        out.append("    direction TB")
-        out += [f"    {ids[kid.path]}" for kid in node.children]
+        yield f'  subgraph {groups[node.path]}["{_mermaid_text(_group_label(node))}"]'
+        yield "    direction TB"
+        yield from (f"    {ids[kid.path]}" for kid in node.children)
         # top-down, a link puts its target below: child i above child i + ROW_WIDTH
         for upper, lower in itertools.pairwise(_rows(node.children, ids)):
             for above, below in zip(upper, lower, strict=False):
-                out.append(f"    {above} ~~~ {below}")
-        out.append("  end")
-        out.append(f"  {ids[node.path]} --> {groups[node.path]}")
+                yield f"    {above} ~~~ {below}"
+        yield "  end"
+        yield f"  {ids[node.path]} --> {groups[node.path]}"
     for edge in _edges_drawn(lineage, groups):
         a, b = ids[edge.source.path], ids[edge.target.path]
         arrow = "-.->" if edge.kind == "copy-of" else "-->"
-        out.append(f"  {a} {arrow}|{edge.kind}| {b}")
-    return "\n".join(out) + "\n"
+        yield f"  {a} {arrow}|{edge.kind}| {b}"
 
 
 def _dot_text(text: str) -> str:
@@ -189,30 +193,34 @@ def dot(lineage: Lineage) -> str:
     """A Graphviz digraph with the same nodes, edges and groups as ``mermaid``, top-down: a
     group is a cluster whose rows are held by invisible edges, so a family of 80 subagents is
     a grid about six boxes wide, not a row of 80."""
+    return "".join(line + "\n" for line in dot_lines(lineage))
+
+
+def dot_lines(lineage: Lineage) -> Iterator[str]:
+    """``dot`` line by line (see ``mermaid_lines``)."""
     ids = _ids(lineage)
     groups = _groups(lineage)
     grouped = {node.path for node in groups}
-    out = ["digraph lineage {", "  rankdir=TB;", "  node [shape=box];"]
+    yield from ("digraph lineage {", "  rankdir=TB;", "  node [shape=box];")
     if groups:
-        out.append("  compound=true;")
+        yield "  compound=true;"
     for node in lineage.nodes():
         style = ", style=rounded" if node.kind == "fork" else ""
-        out.append(f'  {ids[node.path]} [label="{_dot_text(_short(node))}"{style}];')
+        yield f'  {ids[node.path]} [label="{_dot_text(_short(node))}"{style}];'
     for node in groups:
         name = ids[node.path]
         rows = list(_rows(node.children, ids))
-        out.append(f"  subgraph cluster_{name} {{")
-        out.append(f'    label="{_dot_text(_group_label(node))}"; style=dashed;')
+        yield f"  subgraph cluster_{name} {{"
+        yield f'    label="{_dot_text(_group_label(node))}"; style=dashed;'
         for row in rows:
-            out.append("    { rank=same; " + " -> ".join(row) + " [style=invis]; }")
+            yield "    { rank=same; " + " -> ".join(row) + " [style=invis]; }"
         for upper, lower in itertools.pairwise(rows):
-            out.append(f"    {upper[0]} -> {lower[0]} [style=invis];")
-        out.append("  }")
-        out.append(f"  {name} -> {rows[0][0]} [lhead=cluster_{name}];")
+            yield f"    {upper[0]} -> {lower[0]} [style=invis];"
+        yield "  }"
+        yield f"  {name} -> {rows[0][0]} [lhead=cluster_{name}];"
     for edge in _edges_drawn(lineage, grouped):
         a, b = ids[edge.source.path], ids[edge.target.path]
         # a copy → original edge does not rank: the copy stays under its fork
         style = ", style=dashed, constraint=false" if edge.kind == "copy-of" else ""
-        out.append(f'  {a} -> {b} [label="{edge.kind}"{style}];')
-    out.append("}")
-    return "\n".join(out) + "\n"
+        yield f'  {a} -> {b} [label="{edge.kind}"{style}];'
+    yield "}"

@@ -123,12 +123,14 @@ def _tree(
     if fmt is Format.text:
         emit(out, lineage, _render)
         return
-    from ..tree import dot, mermaid
+    from ..tree import dot_lines, mermaid_lines
 
     for warning in lineage.warnings:
         out.warn(warning)
     # Plain lines even on a terminal (a picture's source is meant to be copied, not wrapped);
-    # each escaped like every other output line.
-    graph = mermaid(lineage) if fmt is Format.mermaid else dot(lineage)
-    for line in graph.splitlines():
-        sys.stdout.write(printable(line) + "\n")
+    # each escaped like every other output line, and written as it is made; a character
+    # ``str.splitlines`` takes for a line break (a CR in a title) ends the line there.
+    lines = mermaid_lines if fmt is Format.mermaid else dot_lines
+    for made in lines(lineage):
+        for line in made.splitlines():
+            sys.stdout.write(printable(line) + "\n")
