@@ -72,7 +72,7 @@ class WorkspaceJoin(Documented, Struct):
         )
 
     def text(self) -> str:
-        """The human line: ``joined "proj" (/work/proj)`` or ``none: <why>``."""
+        """The human line: ``joined "proj" (/srv/proj)`` or ``none: <why>``."""
         where = f"{self.title!r} ({self.path})"
         archived = "; archived, so DSH hides it until it is unarchived" if self.archived else ""
         if self.status == "joined":

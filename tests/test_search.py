@@ -238,14 +238,14 @@ def test_usage_errors(root: Path, clock: Clock) -> None:
 
 
 def test_project_and_since_choose_the_sessions_searched(root: Path, clock: Clock) -> None:
-    for name, cwd in (("session-here", "/work/here"), ("session-there", "/work/there")):
+    for name, cwd in (("session-here", "/srv/here"), ("session-there", "/srv/there")):
         said(root, clock, name, "shared words", cwd=cwd)
-    old = root / project_dir_name("/work/there") / "session-there"
+    old = root / project_dir_name("/srv/there") / "session-there"
     for log in old.iterdir():
         os.utime(log, (1_600_000_000, 1_600_000_000))  # 2020: before any --since below
-    data = hits_of(root, "shared words", "--project", "/work/here")
+    data = hits_of(root, "shared words", "--project", "/srv/here")
     assert [h["session"] for h in data["hits"]] == ["session-here"]
-    assert data["searched"] == 1 and data["filters"]["project"] == "/work/here"
+    assert data["searched"] == 1 and data["filters"]["project"] == "/srv/here"
     data = hits_of(root, "shared words", "--since", "2021-01-01")
     assert [h["session"] for h in data["hits"]] == ["session-here"]
     assert hits_of(root, "shared words")["total"] == 2
