@@ -214,7 +214,7 @@ def fork(
     # Every frame is decoded and checksum-verified and every line's envelope checked, so each
     # line copied is one DSH accepts (reader.open_log).
     if read_source is None:
-        log = open_log(generation, collect=types, stream=True)
+        log = open_log(generation, collect=types, stream=True, latest=(titles.TITLE_TYPE,))
     else:
         log = read_source(generation, types)
     facts = derive(log.header, log.event_count, log.collected)

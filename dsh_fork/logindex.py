@@ -219,18 +219,22 @@ def _index_frames(
     wanted: frozenset[str],
     where: str,
     collect_from: int = 0,
-) -> tuple[list[Chunk], list[Event]]:
-    """The chunks of ``frames`` and the events of the types in ``wanted`` (from seq
-    ``collect_from`` on: ``open_log``).
+    latest: frozenset[str] = frozenset(),
+) -> tuple[list[Chunk], list[Event], dict[str, Event]]:
+    """The chunks of ``frames``, the events of the types in ``wanted`` (from seq
+    ``collect_from`` on: ``open_log``) and the last event of each type in ``latest`` (only
+    the last is held: a log of a million titles keeps one).
 
     The frames are summarised one by one (``frames.map_frames``); from the first frame
     that does not hold whole lines continuing the seqs (a record split across frames, an empty
     frame, a defect) the rest is read in one pass that groups frames into runs and names the
     first defect.
     """
-    summaries = zframes.map_frames(data, frames, summarizer(wanted, collect_from), 1)
+    keep_from = 0 if latest else collect_from
+    summaries = zframes.map_frames(data, frames, summarizer(wanted | latest, keep_from), 1)
     chunks: list[Chunk] = []
     collected: list[Event] = []
+    last: dict[str, Event] = {}
     seq = 0
     rest = len(frames)
     with contextlib.closing(summaries):
@@ -239,17 +243,21 @@ def _index_frames(
                 rest = i
                 break
             for offset, line in hits:
-                if seq + offset < collect_from:
+                if seq + offset < keep_from:
                     continue  # its envelope is checked; the caller parsed it in its first read
                 ev = parse_event(line, seq + offset, where=where)
-                if ev.type in wanted:
+                if ev.type in latest:
+                    last[ev.type] = ev
+                if ev.type in wanted and ev.seq >= collect_from:
                     collected.append(ev)
             chunks.append(Chunk((frame,), seq, count, i))
             seq += count
     for ev in _run_events(_line_runs(data, frames[rest:], rest, seq, where, chunks), where):
+        if ev.type in latest:
+            last[ev.type] = ev
         if ev.type in wanted and ev.seq >= collect_from:
             collected.append(ev)
-    return chunks, collected
+    return chunks, collected, last
 
 
 def _runs(

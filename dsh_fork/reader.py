@@ -209,6 +209,7 @@ def open_log(
     index: bool = True,
     stream: bool = False,
     collect_from: int = 0,
+    latest: Iterable[str] = (),
 ) -> SessionLog:
     """Stable-read and index one generation (format §13 steps 2–6).
 
@@ -221,13 +222,17 @@ def open_log(
     A caller that will read every event anyway (inspect, validation) passes ``index=False``:
     the frames are then indexed by its first ``events()`` pass, and each is decoded once.
     With ``stream`` a framed log is indexed at once and never held whole (``open_streamed``).
+    ``latest``: types whose last event the same pass keeps (``log.latest_of``), for a caller
+    that would otherwise read the log back from its end for it (fork's source title); only a
+    framed log indexed at open tracks them.
     """
     check_version(generation)
     wanted = frozenset(collect)
+    tracked = frozenset(latest)
     streamed = generation.encoding == "zstd" and generation.version >= 2
     streamed = streamed and (stream or _larger(generation.path, budget.MAX_WHOLE_READ))
     if streamed:
-        log: SessionLog = open_streamed(generation, wanted)
+        log: SessionLog = open_streamed(generation, wanted, tracked)
     else:
         data, identity = stable_read(generation.path, limit=budget.MAX_WHOLE_READ)
     if check_dir:
@@ -269,7 +274,7 @@ def open_log(
     if generation.version < 2:
         plaintexts = zframes.decode_many(data, body_frames, 1, zframes.MAX_WHOLE_PLAINTEXT)
         return PackedLog(committed, b"".join(plaintexts), wanted=wanted)
-    framed = FramedLog(committed, wanted=wanted, collect_from=collect_from)
+    framed = FramedLog(committed, wanted=wanted, collect_from=collect_from, latest=tracked)
     if index:
         framed.build_index()
     return framed
@@ -289,7 +294,9 @@ def parse_recovered(log: SessionLog) -> list[bytes]:
     return list(log.recovered)
 
 
-def open_streamed(generation: Generation, wanted: frozenset[str]) -> FramedLog:
+def open_streamed(
+    generation: Generation, wanted: frozenset[str], latest: frozenset[str] = frozenset()
+) -> FramedLog:
     """A framed log indexed from its descriptor in bounded windows: only the frame offsets and
     per-frame summaries are kept, each frame decoded once and its plaintext dropped (memory
     stays flat whatever the file's size). Stable like ``stable_read``: the file must be the
@@ -306,7 +313,7 @@ def open_streamed(generation: Generation, wanted: frozenset[str]) -> FramedLog:
             ) from None
         source = FileBytes(fd, path, before)
         try:
-            log = _index_streamed(generation, source, wanted)
+            log = _index_streamed(generation, source, wanted, latest)
             source.check()
             return log
         except SessionStale:
@@ -330,7 +337,9 @@ def _torn(data: zframes.Data, scan: zframes.FrameScan) -> TornTail | None:
     return TornTail(scan.torn_start, scan.size - scan.torn_start, lines)
 
 
-def _index_streamed(generation: Generation, source: FileBytes, wanted: frozenset[str]) -> FramedLog:
+def _index_streamed(
+    generation: Generation, source: FileBytes, wanted: frozenset[str], latest: frozenset[str]
+) -> FramedLog:
     where = str(generation.path)
     scan = zframes.scan_file(source)
     if not scan.frames:
@@ -347,6 +356,6 @@ def _index_streamed(generation: Generation, source: FileBytes, wanted: frozenset
         scan.frames[1:],
         _torn(source, scan),
     )
-    framed = FramedLog(committed, wanted=wanted, source=source)
+    framed = FramedLog(committed, wanted=wanted, source=source, latest=latest)
     framed.build_index()
     return framed

@@ -66,6 +66,10 @@ class SessionLog(abc.ABC):
         """Every complete frame after the header frame (empty for a plain log)."""
         self.torn = committed.torn
         self.collected: list[Event] = []
+        self.latest_of: dict[str, Event | None] = {}
+        """For each type the log was opened to track (``open_log``'s ``latest``), its last
+        event, or None when it has none; a type not tracked is not a key (read it back with
+        ``last_event``)."""
 
     @property
     def path(self) -> Path:
@@ -217,8 +221,10 @@ class FramedLog(SessionLog):
         wanted: frozenset[str] = frozenset(),
         source: FileBytes | None = None,
         collect_from: int = 0,
+        latest: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(committed)
+        self._latest = latest
         self.source = source
         """The open file, when the log is read on demand (``open_log(stream=True)``)."""
         self._src: zframes.Data = committed.data if source is None else source
@@ -242,23 +248,24 @@ class FramedLog(SessionLog):
         """The index, built now if no pass has built it yet (with the torn tail's kept lines:
         they are known once the committed count is)."""
         if self._index is None:
-            chunks, collected = _index_frames(
-                self._src, self.body_frames, self._wanted, self.where, self._collect_from
+            latest = self._latest
+            chunks, collected, last = _index_frames(
+                self._src, self.body_frames, self._wanted, self.where, self._collect_from, latest
             )
-            collected.extend(self._finish(chunks, chunks[-1].end_seq if chunks else 0))
+            for ev in self._tail(chunks[-1].end_seq if chunks else 0, chunks):
+                if ev.type in latest:
+                    last[ev.type] = ev
+                if ev.type in self._wanted:
+                    collected.append(ev)
             self._index = FrameIndex(chunks)
             self.collected = collected
+            self.latest_of = {name: last.get(name) for name in latest}
         return self._index
 
     def _adopt(self, chunks: list[Chunk], collected: list[Event] | None = None) -> None:
         self._index = FrameIndex(chunks)
         if collected is not None:
             self.collected = collected
-
-    def _finish(self, chunks: list[Chunk], next_seq: int) -> list[Event]:
-        """Keep the torn tail's recoverable lines as the last chunk; their wanted events."""
-        events = list(self._tail(next_seq, chunks))
-        return [ev for ev in events if ev.type in self._wanted]
 
     def _tail(self, next_seq: int, chunks: list[Chunk]) -> Iterator[Event]:
         kept: list[bytes] = []

@@ -103,10 +103,14 @@ def _cut(text: str, budget: int) -> str:
 
 
 def latest_title(log: SessionLog) -> str | None:
-    """``data.title`` of the log's latest ``session/title`` (None: none, or not a string),
-    read back from the end: a log of a million titles costs the frame holding the last one,
-    never a list of them all."""
-    event = log.last_event((TITLE_TYPE,), log.event_count - 1)
+    """``data.title`` of the log's latest ``session/title`` (None: none, or not a string):
+    noted by the pass that opened the log when it was asked to (``open_log(latest=...)``,
+    fork), else read back from the end, which costs the frames after the last title. Either
+    way a log of a million titles never holds a list of them all."""
+    if TITLE_TYPE in log.latest_of:
+        event = log.latest_of[TITLE_TYPE]
+    else:
+        event = log.last_event((TITLE_TYPE,), log.event_count - 1)
     title = None if event is None or not isinstance(event.data, dict) else event.data.get("title")
     return title if isinstance(title, str) else None
 

@@ -22,8 +22,11 @@ from schemakit import check
 
 from dsh_fork import titles
 from dsh_fork.errors import UsageError
-from dsh_fork.fixtures import Clock, SessionSpec
+from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.fork import ForkOptions, ForkResult, fork_session
+from dsh_fork.generations import list_generations, select
+from dsh_fork.reader import open_log
+from dsh_fork.sessionlog import FramedLog
 from dsh_fork.validation import validate_dir
 
 SRC = "session-source"
@@ -321,3 +324,44 @@ def test_a_source_title_holding_controls_is_shown_escaped(root: Path, clock: Clo
     assert result.exit_code == 0
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert '  title: "evil (1)" (the source\'s is "evil\\x1b]0;pwned\\x07")' in result.stdout
+
+
+# -- read once ------------------------------------------------------------------------------------
+
+
+def test_fork_notes_the_latest_title_in_the_pass_that_reads_the_source(
+    root: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source's log is read once: the pass that checks every line also notes its last
+    title, so a title far from the end does not make the fork decompress the log again."""
+    titled(clock, "old", "newer", after=1).publish(root)
+    real = FramedLog.last_event
+
+    def no_title_read_back(log: FramedLog, types: Any, through: int) -> Any:
+        assert titles.TITLE_TYPE not in set(types), "the title was read back from the end"
+        return real(log, types, through)
+
+    monkeypatch.setattr(FramedLog, "last_event", no_title_read_back)
+    result = fork(root)
+
+    assert result.source_title == "newer"
+    assert child_tail(result)[1:] == [title_event(15, "newer (1)")]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_noted_title_is_the_one_read_back_from_the_end(tmp_path: Path, stream: bool) -> None:
+    """On every log of a root with titles, tool turns, open turns and torn tails, the title
+    the opening pass notes is the event a read back from the end finds (or None for both)."""
+    root = tmp_path / "sessions"
+    generate(root, sessions=3, agents=2, depth=2, turns=3, tools=True, torn_tails=True,
+             open_turns=True, legacy=True)  # fmt: skip
+    checked = 0
+    for session_dir in sorted(root.glob("*/*")):
+        generation = select(list_generations(session_dir))
+        assert generation is not None
+        noted = open_log(generation, stream=stream, latest=[titles.TITLE_TYPE])
+        assert titles.TITLE_TYPE in noted.latest_of
+        back = open_log(generation).last_event([titles.TITLE_TYPE], noted.event_count - 1)
+        assert noted.latest_of[titles.TITLE_TYPE] == back
+        checked += back is not None
+    assert checked == 3 + 3  # each top-level session and its legacy fork child carry a title
