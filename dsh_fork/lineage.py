@@ -649,16 +649,16 @@ def lineage_of(
 ) -> Lineage:
     """The lineage of a whole root, or of the family of a located ``session`` (the lookup's
     warnings first): what ``tree`` shows and ``du`` measures."""
-    if isinstance(scope, Root):
-        return lineage(scope, detail=detail, hook=hook, workspaces=workspaces, settle=settle)
+    root, located = (scope, None) if isinstance(scope, Root) else (scope.root, scope)
     found = lineage(
-        scope.root,
-        session_dir=scope.session_dir,
-        session=session,
+        root,
+        session_dir=None if located is None else located.session_dir,
+        session=None if located is None else session,
         detail=detail,
         hook=hook,
         workspaces=workspaces,
         settle=settle,
     )
-    found.warnings[:0] = scope.warnings
+    if located is not None:
+        found.warnings[:0] = located.warnings
     return found

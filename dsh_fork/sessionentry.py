@@ -285,42 +285,44 @@ class SessionEntry:
             self._error = exc
             self._raw_fields = _raw_value(line)  # what peek_fields would read from the line
 
-    @property
-    def header(self) -> Header | None:
+    def _settle(self) -> None:
+        """Make the header, its error and its raw fields current: read the shed line back,
+        then validate a line not validated yet (what each of the three properties reads)."""
         if self._shed:
             self._read_again()
         if self._line is not None:
             self._validate()
+
+    def _given(self) -> None:
+        """A caller sets the header or its error itself: no line stays to validate or read
+        back, and the lineage facts are taken again from what it set."""
+        self._line = None
+        self._lin = None
+        self._shed = False
+
+    @property
+    def header(self) -> Header | None:
+        self._settle()
         return self._header
 
     @header.setter
     def header(self, value: Header | None) -> None:
-        self._line = None
-        self._lin = None
-        self._shed = False
+        self._given()
         self._header = value
 
     @property
     def error(self) -> DshForkError | None:
-        if self._shed:
-            self._read_again()
-        if self._line is not None:
-            self._validate()
+        self._settle()
         return self._error
 
     @error.setter
     def error(self, value: DshForkError | None) -> None:
-        self._line = None
-        self._lin = None
-        self._shed = False
+        self._given()
         self._error = value
 
     @property
     def raw_fields(self) -> dict[str, object] | None:
-        if self._shed:
-            self._read_again()
-        if self._line is not None:
-            self._validate()
+        self._settle()
         return self._raw_fields
 
     @raw_fields.setter
