@@ -445,7 +445,7 @@ class Placement(Struct, rename="camel"):
     member: bool
 
 
-class ListRow(Struct, rename="camel", forbid_unknown_fields=True):
+class ListRow(Struct, rename="camel", forbid_unknown_fields=True, gc=False):
     """A session, as list shows it."""
 
     id: str

@@ -29,7 +29,6 @@ from .kinds import KindRule, header_kind, settled_kind, unsettled
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import open_log
-from .registry import Placement
 from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
 from .sessionarg import Located
 from .sessionentry import SessionEntry
@@ -97,7 +96,7 @@ class Node(Documented, Struct):
     """A tuple, and ``children`` one, so that a leaf without flags, most nodes of a root,
     holds the shared empty tuple, not two empty lists."""
     children: tuple[Node, ...] = ()
-    workspace: Placement | None = None
+    workspace: docs.Placement | None = None
     """The workspace of DSH's registry that lists it (``lineage`` with ``workspaces``), else
     None."""
     archived: bool = False
@@ -149,7 +148,7 @@ class Node(Documented, Struct):
             error=self.error,
             flags=list(self.flags),
             children=[child.path for child in children] if children else [],
-            workspace=None if self.workspace is None else self.workspace.to_document(),
+            workspace=self.workspace,
             archived=self.archived,
             pinned=self.pinned,
         )

@@ -29,7 +29,6 @@ from .leanlog import ROW_TYPES, glance, label_of
 from .model import derive
 from .progress import SILENT
 from .reader import open_log
-from .registry import Placement
 from .results import Documented, rows
 from .sessionentry import SessionEntry
 from .times import iso_ms
@@ -40,63 +39,19 @@ CONVERSATIONS: frozenset[str | None] = frozenset(("root", "fork", "linked"))
 AGENT_KINDS = ("subagent", "copy")
 
 
-class SessionRow(Documented, Struct, gc=False):
-    """One session of the root; ``error`` names why its log could not be read."""
+SessionRow = docs.ListRow
+"""One session of the root: the document's row itself, made once in ``_row``; ``error`` names
+why its log could not be read. It holds its times' ISO texts as None: ``_dated`` sets them
+only in the copy the document is written from, so 100,000 held rows hold no texts."""
 
-    id: str
-    kind: HeaderKind | None
-    project: str
-    path: str
-    cwd: str | None
-    parent: str | None
-    created_at: int | None
-    last_activity: int
-    title: str | None = None
-    turns: int | None = None
-    forks: int = 0
-    agents: int = 0
-    error: dict[str, str] | None = None
-    label: str | None = None
-    subagents: int = 0
-    """Subagents under it, at any depth, through subagents and copies only (not forks)."""
-    copies: int = 0
-    """Copies (seeded subagents) under it, likewise."""
-    bytes: int | None = None
-    """Bytes on disk of its session dir (None: not measured)."""
-    agent_bytes: int = 0
-    """Bytes on disk of the dirs of the subagents and copies counted under it."""
-    workspace: Placement | None = None
-    """The workspace of DSH's registry that lists it (``registry``), else None."""
-    archived: bool = False
-    pinned: bool = False
 
-    def to_document(self) -> docs.ListRow:
-        error = self.error
-        return docs.ListRow(
-            id=self.id,
-            kind=self.kind,
-            title=self.title,
-            project=self.project,
-            path=self.path,
-            cwd=self.cwd,
-            parent_session=self.parent,
-            created_at=self.created_at,
-            created_at_iso=iso_ms(self.created_at),
-            turns=self.turns,
-            last_activity=self.last_activity,
-            last_activity_iso=iso_ms(self.last_activity),
-            forks=self.forks,
-            agents=self.agents,
-            label=self.label,
-            subagents=self.subagents,
-            copies=self.copies,
-            bytes=self.bytes,
-            agent_bytes=self.agent_bytes,
-            error=None if error is None else docs.RowError(error["code"], error["message"]),
-            workspace=None if self.workspace is None else self.workspace.to_document(),
-            archived=self.archived,
-            pinned=self.pinned,
-        )
+def _dated(row: SessionRow) -> SessionRow:
+    """The row as ``--json`` prints it: its times' ISO texts set."""
+    return msgspec.structs.replace(
+        row,
+        created_at_iso=iso_ms(row.created_at),
+        last_activity_iso=iso_ms(row.last_activity),
+    )
 
 
 class SessionList(Documented, Struct):
@@ -128,7 +83,7 @@ class SessionList(Documented, Struct):
             total=self.total,
             all=self.everything,
             filters=msgspec.convert(self.filters, docs.ListFilters),
-            sessions=rows(self.rows, SessionRow.to_document),
+            sessions=rows(self.rows, _dated),
         )
 
 
@@ -377,15 +332,29 @@ def _row(
     project = entry.project
     cwd = None if header is None else header.cwd
     row = SessionRow(
-        entry.id or os.path.basename(where),
-        kind,
-        strings.setdefault(project, project),
-        where,
-        None if cwd is None else strings.setdefault(cwd, cwd),
-        entry.parent,
-        None if header is None else header.created_at,
-        0 if last is None else last,
+        id=entry.id or os.path.basename(where),
+        kind=kind,
+        title=None,
+        project=strings.setdefault(project, project),
+        path=where,
+        cwd=None if cwd is None else strings.setdefault(cwd, cwd),
+        parent_session=entry.parent,
+        created_at=None if header is None else header.created_at,
+        created_at_iso=None,
+        turns=None,
+        last_activity=0 if last is None else last,
+        last_activity_iso=None,
+        forks=0,
+        agents=0,
+        label=None,
+        subagents=0,
+        copies=0,
         bytes=None if sizes is None else sizes[0],
+        agent_bytes=0,
+        error=None,
+        workspace=None,
+        archived=False,
+        pinned=False,
     )
     error = entry.error
     path = entry.log_path
@@ -409,11 +378,11 @@ def _row(
         except DshForkError as exc:
             error = exc
         except OSError as exc:
-            row.error = {"code": "IO_ERROR", "message": f"{generation.path}: {exc.strerror}"}
+            row.error = docs.RowError("IO_ERROR", f"{generation.path}: {exc.strerror}")
     elif last is None:
         row.last_activity = _mtime_ms(entry)
     if error is not None:
-        row.error = {"code": error.code, "message": error.message}
+        row.error = docs.RowError(error.code, error.message)
     return row
 
 

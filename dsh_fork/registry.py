@@ -63,24 +63,6 @@ class Record(NamedTuple):
     session_ids: tuple[str, ...]
 
 
-class Placement(NamedTuple):
-    """Where a listing shows a session: the record that lists it, and whether it is a
-    member there (its ``realpath(cwd)`` is the record's path; else it moved away)."""
-
-    id: str
-    title: str
-    path: str
-    member: bool
-
-    def to_document(self) -> documents.Placement:
-        from . import documents
-
-        return documents.Placement(self.id, self.title, self.path, self.member)
-
-    def text(self) -> str:
-        return self.title if self.member else f"{self.title} (moved)"
-
-
 class Change(NamedTuple):
     """Put ``session`` into the record ``target`` (and out of every other), or with
     ``target=None`` take it out of every record; ``lists``: global lists of ids to put it
@@ -215,13 +197,17 @@ class Registry:
         record = self.listing(session_id)
         return record is not None and real_cwd(cwd) == record.path
 
-    def placement(self, session_id: str, cwd: str | None) -> Placement | None:
-        """The record listing the session and whether it is a member there; None when no
-        record lists it (DSH shows it as Ungrouped, if it is visible)."""
+    def placement(self, session_id: str, cwd: str | None) -> documents.Placement | None:
+        """The record listing the session and whether it is a member there (its
+        ``realpath(cwd)`` is the record's path; else it moved away), as list and tree print
+        it; None when no record lists it (DSH shows it as Ungrouped, if it is visible)."""
         record = self.listing(session_id)
         if record is None:
             return None
-        return Placement(record.id, record.title, record.path, real_cwd(cwd) == record.path)
+        from . import documents  # only list and tree place sessions
+
+        member = real_cwd(cwd) == record.path
+        return documents.Placement(record.id, record.title, record.path, member)
 
     def describe(self) -> str:
         """Why no edit may be written, as a warning's tail."""

@@ -49,7 +49,7 @@ def _cells(listing: SessionList, exact: bool) -> Iterator[list[int | str | None]
     for row in listing.rows:
         title = row.title if row.title is not None else row.label
         if row.error is not None:
-            title = f"unreadable: {row.error['code']}"
+            title = f"unreadable: {row.error.code}"
         size = None if row.bytes is None else row.bytes + row.agent_bytes
         cells = [
             row.id,
@@ -71,7 +71,8 @@ def _cells(listing: SessionList, exact: bool) -> Iterator[list[int | str | None]
 def workspace_cell(row: SessionRow) -> str | None:
     """The workspace as DSH's UI groups the session: its title (``(moved)`` when the cwd
     is no longer the workspace's), and whether it is archived or pinned."""
-    text = None if row.workspace is None else row.workspace.text()
+    place = row.workspace
+    text = None if place is None else place.title if place.member else f"{place.title} (moved)"
     flags = [name for name, on in (("archived", row.archived), ("pinned", row.pinned)) if on]
     if flags:
         text = " ".join([text or "-", *(f"[{flag}]" for flag in flags)])
