@@ -10,9 +10,9 @@ import typer
 from ..errors import UsageError
 from .base import Out, app, emit, fail, root_of
 from .options import (
-    FORMAT_HELP,
     SESSION_HELP,
     archive_format,
+    format_option,
     json_option,
     root_option,
     session_argument,
@@ -42,9 +42,7 @@ def export_command(
         "--skip-unreadable",
         help="Write what can be read; name the members left out and exit 10 (PARTIAL).",
     ),
-    format_name: str | None = typer.Option(
-        None, "--format", metavar="FORMAT", help=FORMAT_HELP + " (- defaults to zst)."
-    ),
+    format_name: str | None = format_option("- defaults to zst"),
     json_out: bool = json_option("Print the manifest as one JSON document."),
     root: str | None = root_option(),
 ) -> None:

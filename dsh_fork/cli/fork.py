@@ -10,12 +10,15 @@ from ..errors import UsageError
 from .base import Out, app, emit, fail, root_of, when
 from .options import (
     absolute_dir,
+    child_id_option,
+    close_turn_option,
     cwd_option,
     dry_run_option,
     json_option,
     no_workspace_option,
     root_option,
     session_argument,
+    title_option,
 )
 from .progress import metered
 
@@ -44,11 +47,8 @@ def fork_command(
         help="Fork at the end of turn N (1-based, as inspect --turns counts; -1 = the last "
         "completed turn). Not with --at.",
     ),
-    child_id: str | None = typer.Option(
-        None,
-        "--id",
-        metavar="CHILD_ID",
-        help="Id of the child (default: session-<uuid4>); no control characters.",
+    child_id: str | None = child_id_option(
+        "Id of the child (default: session-<uuid4>); no control characters.", "CHILD_ID"
     ),
     no_agents: bool = typer.Option(
         False, "--no-agents", help="Do not copy the source's subagent tree under the child."
@@ -63,22 +63,17 @@ def fork_command(
         help="Cancel the queued input the child inherits, so it is never delivered.",
     ),
     no_workspace: bool = no_workspace_option("the child shows"),
-    title: str | None = typer.Option(
-        None,
-        "--title",
-        metavar="TEXT",
-        help="Title the child TEXT (normalised as DSH saves titles) instead of the source's "
-        'title increased as DSH\'s fork buttons do ("X" -> "X (1)").',
+    title: str | None = title_option(
+        "Title the child TEXT (normalised as DSH saves titles) instead of the source's "
+        'title increased as DSH\'s fork buttons do ("X" -> "X (1)").'
     ),
     keep_title: bool = typer.Option(
         False, "--keep-title", help="Add no title: the child shows the title it inherits."
     ),
-    close_turn: bool = typer.Option(
-        False,
-        "--close-turn",
-        help="Fork at a boundary inside an open turn (--at, --turn, or a source that ends "
+    close_turn: bool = close_turn_option(
+        "Fork at a boundary inside an open turn (--at, --turn, or a source that ends "
         "inside one) and close the turn in the child as DSH does: an error result per pending "
-        "tool call, step/end, turn/end (forked).",
+        "tool call, step/end, turn/end (forked)."
     ),
     json_out: bool = json_option(),
     root: str | None = root_option(),

@@ -9,11 +9,11 @@ import typer
 
 from .base import Out, app, emit, root_of
 from .options import (
-    FORMAT_HELP,
     absolute_dir,
     archive_format,
     cwd_option,
     dry_run_option,
+    format_option,
     json_option,
     no_workspace_option,
     root_option,
@@ -39,9 +39,7 @@ def import_command(
     ),
     dry_run: bool = dry_run_option("Verify the archive and show what would be created."),
     no_workspace: bool = no_workspace_option("the sessions show"),
-    format_name: str | None = typer.Option(
-        None, "--format", metavar="FORMAT", help=FORMAT_HELP + " (default: from its content)."
-    ),
+    format_name: str | None = format_option("default: from its content"),
     json_out: bool = json_option(),
     root: str | None = root_option(),
 ) -> None:

@@ -1,6 +1,7 @@
 """The options and arguments several commands share, each declared once: ``--json``,
 ``--root``, ``--dry-run``, ``[SESSION]...``, ``--since``, ``--project``, ``--cwd``,
-``--no-workspace``, and the values of ``--cwd`` and ``--format``.
+``--no-workspace``, the child's ``--id``, ``--title`` and ``--close-turn`` (fork, salvage), the
+archive's ``--format`` (export, import), and the values of ``--cwd`` and ``--format``.
 
 A declaration is a function returning typer's default object, so that a command's signature
 stays the one place its parser is read from while the flag, metavar and help of a shared option
@@ -89,6 +90,21 @@ def no_workspace_option(shown_as: str) -> Any:
     )
 
 
+def child_id_option(help_text: str, metavar: str) -> Any:
+    """``--id``: the id of the child a fork writes (``ids.new_id_problem`` checks it)."""
+    return typer.Option(None, "--id", metavar=metavar, help=help_text)
+
+
+def title_option(help_text: str) -> Any:
+    """``--title TEXT``: the title of the child a fork writes."""
+    return typer.Option(None, "--title", metavar="TEXT", help=help_text)
+
+
+def close_turn_option(help_text: str) -> Any:
+    """``--close-turn``: a fork may end inside a turn, which the child then closes."""
+    return typer.Option(False, "--close-turn", help=help_text)
+
+
 def absolute_dir(value: str) -> str:
     """A ``--cwd`` as the user typed it, made absolute (``~`` expanded, no symlink resolved):
     a header's cwd must be absolute (format §2.6)."""
@@ -97,7 +113,17 @@ def absolute_dir(value: str) -> str:
     return os.path.abspath(os.path.expanduser(value))
 
 
-FORMAT_HELP = "Compression of the archive: zst, gz, xz, bz2 or tar (none)"
+def format_option(default_said: str) -> Any:
+    """``--format FORMAT`` of export and import, read by ``archive_format``; each says what
+    it does without one."""
+    return typer.Option(
+        None,
+        "--format",
+        metavar="FORMAT",
+        help=f"Compression of the archive: zst, gz, xz, bz2 or tar (none) ({default_said}).",
+    )
+
+
 _FORMATS: dict[str, Compression] = {
     "zst": "zst",
     "zstd": "zst",

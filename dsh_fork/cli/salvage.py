@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import typer
-
 from .base import Out, app, emit, root_of, run
 from .fork import _render as render_fork
-from .options import dry_run_option, json_option, root_option, session_argument
+from .options import (
+    child_id_option,
+    close_turn_option,
+    dry_run_option,
+    json_option,
+    root_option,
+    session_argument,
+    title_option,
+)
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
     from ..salvage import SalvageResult
@@ -26,16 +32,12 @@ def _render(out: Out, result: SalvageResult) -> None:
 @app.command("salvage", short_help="Fork the part of a log DSH refuses that DSH would read.")
 def salvage_command(
     session: str = session_argument("The session whose log DSH refuses."),
-    child_id: str | None = typer.Option(
-        None, "--id", metavar="CHILD", help="The child's id (default: a new session-<uuid4>)."
+    child_id: str | None = child_id_option(
+        "The child's id (default: a new session-<uuid4>).", "CHILD"
     ),
-    title: str | None = typer.Option(
-        None, "--title", metavar="TEXT", help="Title the child TEXT (default: as fork names it)."
-    ),
-    close_turn: bool = typer.Option(
-        False,
-        "--close-turn",
-        help="Keep every readable event and close a turn left open, as fork --close-turn does.",
+    title: str | None = title_option("Title the child TEXT (default: as fork names it)."),
+    close_turn: bool = close_turn_option(
+        "Keep every readable event and close a turn left open, as fork --close-turn does."
     ),
     dry_run: bool = dry_run_option("Say what would be forked; write nothing."),
     json_mode: bool = json_option(),
