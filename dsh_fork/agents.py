@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct, field
 
 from . import documents as docs
@@ -43,41 +44,36 @@ CYCLE = "cycle"
 PARENT_MISSING = "parent missing"
 
 
-class AgentRow(Documented, Struct):
-    """One subagent as both views see it; ``children`` only with ``--recursive``."""
+AgentRow = docs.AgentRow
+"""One subagent as both views see it, the document's row itself; ``children`` only with
+``--recursive``. Its ``created_at`` is settled field by field as the views are read, so its
+ISO text is set where the document is made (``row_document``)."""
 
-    id: str
-    on_disk: bool
-    in_panel: bool
-    label: str | None = None
-    mode: str | None = None
-    provider: str | None = None
-    model: str | None = None
-    created_at: int | None = None
-    turns: int | None = None
-    status: str | None = None
-    copy_of: str | None = None
-    flags: list[str] = field(default_factory=list)
-    children: list[AgentRow] = field(default_factory=list)
 
-    def to_document(self) -> docs.AgentRow:
-        """The row alone: its ``children`` are left to ``rows_document``."""
-        return docs.AgentRow(
-            id=self.id,
-            label=self.label,
-            mode=self.mode,
-            provider=self.provider,
-            model=self.model,
-            created_at=self.created_at,
-            created_at_iso=iso_ms(self.created_at),
-            turns=self.turns,
-            status=self.status,
-            on_disk=self.on_disk,
-            in_panel=self.in_panel,
-            copy_of=self.copy_of,
-            flags=self.flags,
-            children=[],
-        )
+def new_row(child_id: str, on_disk: bool, in_panel: bool) -> AgentRow:
+    """A row with nothing known yet but where it is seen."""
+    return AgentRow(
+        id=child_id,
+        label=None,
+        mode=None,
+        provider=None,
+        model=None,
+        created_at=None,
+        created_at_iso=None,
+        turns=None,
+        status=None,
+        on_disk=on_disk,
+        in_panel=in_panel,
+        copy_of=None,
+        flags=[],
+        children=[],
+    )
+
+
+def row_document(row: AgentRow) -> AgentRow:
+    """The row alone, as a document prints it: its ISO time set, its ``children`` left to
+    ``rows_document``."""
+    return msgspec.structs.replace(row, created_at_iso=iso_ms(row.created_at), children=[])
 
 
 MAX_JSON_LEVELS = 64
@@ -95,7 +91,7 @@ def rows_document(rows: list[AgentRow]) -> list[docs.AgentRow]:
     stack = [(row, 1) for row in reversed(rows)]
     while stack:
         row, depth = stack.pop()
-        made = row.to_document()
+        made = row_document(row)
         if depth > MAX_JSON_LEVELS:
             made.depth = depth
         level = min(depth, MAX_JSON_LEVELS + 1)
@@ -175,7 +171,7 @@ class _Lister:
                 and entry.header is not None
                 and entry.session_dir.parent == where.project_dir
             )
-            row = AgentRow(child_id, True, stated is not None or migrated)
+            row = new_row(child_id, True, stated is not None or migrated)
             child = self._child(row, entry, stated)
             if migrated:
                 _migration_fact(child)
@@ -186,7 +182,7 @@ class _Lister:
             if child_id in on_disk:
                 continue
             found = self.root.entry(child_id)
-            row = AgentRow(child_id, False, True)
+            row = new_row(child_id, False, True)
             if found is None:
                 refusal = self.root.refusal(child_id)
                 if refusal is None:

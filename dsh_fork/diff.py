@@ -10,52 +10,24 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from msgspec import Struct, field
 
 from . import documents as docs
-from .agents import AgentRow, list_agents
+from .agents import list_agents, row_document
 from .kinds import header_kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import open_log
-from .results import SCHEMA_VERSION, Documented, ReadOnly
+from .results import SCHEMA_VERSION, ReadOnly
 from .sessionarg import Located
 from .sessionlog import SessionLog
-from .turns import TurnSummary, turn_containing, turn_summaries
+from .turns import turn_containing, turn_summaries
 
-
-class DiffSide(Documented, Struct):
-    """One of the two sessions: what it is, the turn the split falls in, its tail."""
-
-    id: str
-    path: Path
-    kind: docs.DiffKind
-    parent: str | None
-    event_count: int
-    cut: int
-    split_type: str | None
-    """Type of the event at the first differing seq (None: this side has no such event)."""
-    split_turn: int | None
-    tail: list[TurnSummary]
-    subagents: list[AgentRow] = field(default_factory=list)
-    """Its subagents on disk, as ``list-agents`` rows (one shape in both documents)."""
-
-    def to_document(self) -> docs.DiffSide:
-        return docs.DiffSide(
-            id=self.id,
-            path=str(self.path),
-            kind=self.kind,
-            parent_session=self.parent,
-            events=self.event_count,
-            cut=self.cut,
-            split_event_type=self.split_type,
-            split_turn=self.split_turn,
-            tail=[turn.to_document() for turn in self.tail],
-            subagents=[agent.to_document() for agent in self.subagents],
-        )
+DiffSide = docs.DiffSide
+"""One of the two sessions: what it is, the turn the split falls in, its tail (the turns
+from the split on) and its subagents on disk, as ``list-agents`` rows (``_side``)."""
 
 
 class DiffResult(ReadOnly, Struct):
@@ -68,7 +40,7 @@ class DiffResult(ReadOnly, Struct):
 
     @property
     def identical(self) -> bool:
-        return self.common == self.a.event_count == self.b.event_count
+        return self.common == self.a.events == self.b.events
 
     @property
     def first_difference(self) -> int | None:
@@ -89,8 +61,8 @@ class DiffResult(ReadOnly, Struct):
     def to_document(self) -> docs.DiffDocument:
         return docs.DiffDocument(
             schema_version=SCHEMA_VERSION,
-            a=self.a.to_document(),
-            b=self.b.to_document(),
+            a=self.a,
+            b=self.b,
             relation=self.relation,
             common_prefix=self.common,
             no_common_prefix=self.common == 0,
@@ -150,18 +122,17 @@ def _side(located: Located, log: SessionLog, split: int) -> DiffSide:
     at_split = turn_containing(turns, split)
     tail = [turn for turn in turns if turn.last_seq >= split]
     agents = list_agents(located, recursive=False)
-    subagents = [row for row in agents.children if row.on_disk]
     return DiffSide(
         id=log.header.id,
-        path=located.session_dir,
+        path=str(located.session_dir),
         kind=_kind(log),
-        parent=log.header.parent_session,
-        event_count=log.event_count,
+        parent_session=log.header.parent_session,
+        events=log.event_count,
         cut=facts.cut,
-        split_type=split_event,
+        split_event_type=split_event,
         split_turn=None if at_split is None else at_split.number,
-        tail=tail,
-        subagents=subagents,
+        tail=[turn.to_document() for turn in tail],
+        subagents=[row_document(row) for row in agents.children if row.on_disk],
     )
 
 

@@ -41,10 +41,10 @@ def test_the_parent_side_names_the_turn_the_split_falls_in(family: Family) -> No
     result = porcelain.diff(Context.of(str(family.root)), family.top, family.fork_a)
     assert result.relation == "B is a fork of A"
     assert result.first_difference == family.cuts[family.fork_a] + 1
-    assert result.a.split_type == "turn/start"
+    assert result.a.split_event_type == "turn/start"
     assert result.a.split_turn == 3  # the parent goes on with turn 3 …
     assert result.b.split_turn == 2  # … the fork's marker follows the end of turn 2
-    assert [t.number for t in result.a.tail] == [3, 4]
+    assert [t.turn for t in result.a.tail] == [3, 4]
     assert result.a.tail[0].user is not None
 
 
@@ -52,19 +52,19 @@ def test_sibling_forks_split_where_the_shorter_prefix_ends(family: Family) -> No
     result = porcelain.diff(Context.of(str(family.root)), family.fork_a, family.fork_b)
     assert result.relation == "siblings (same parent)"
     assert result.common == family.cuts[family.fork_a] + 1
-    assert result.a.split_type == "session/end-seed"
-    assert result.b.split_type == "turn/start"
+    assert result.a.split_event_type == "session/end-seed"
+    assert result.b.split_event_type == "turn/start"
     # The tail of A begins after its turn 2: no user message of the shared part is shown.
-    assert [t.number for t in result.a.tail] == [2]
+    assert [t.turn for t in result.a.tail] == [2]
     assert result.a.tail[0].user is None
-    assert [t.number for t in result.b.tail] == [3]
+    assert [t.turn for t in result.b.tail] == [3]
 
 
 def test_subagents_are_listed_on_each_side(root: Path) -> None:
     family = build_family(root, relinked=True)
     result = porcelain.diff(Context.of(str(root)), family.fork_a, family.top)
-    labels_a = sorted(a["label"] for a in result.a.to_json()["subagents"])
-    labels_b = sorted(a["label"] for a in result.b.to_json()["subagents"])
+    labels_a = sorted(a["label"] for a in result.to_json()["a"]["subagents"])
+    labels_b = sorted(a["label"] for a in result.to_json()["b"]["subagents"])
     assert labels_a == labels_b == ["agent 1", "agent 2"]
     assert all(a.copy_of for a in result.a.subagents)
     assert not any(a.copy_of for a in result.b.subagents)

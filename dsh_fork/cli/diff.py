@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # the library is imported by the command itself, only when it
 
 
 def _side_line(name: str, side: DiffSide) -> str:
-    parent = f" of {side.parent}" if side.parent else ""
-    return f"{name}: {side.id}  ({side.kind}{parent}; {side.event_count} events, cut {side.cut})"
+    parent = f" of {side.parent_session}" if side.parent_session else ""
+    return f"{name}: {side.id}  ({side.kind}{parent}; {side.events} events, cut {side.cut})"
 
 
 def _tail(out: Out, name: str, side: DiffSide, split: int) -> None:
@@ -30,11 +30,11 @@ def _tail(out: Out, name: str, side: DiffSide, split: int) -> None:
     for turn in side.tail:
         end = "open" if turn.end_seq is None else str(turn.end_seq)
         if turn.end_seq is not None and turn.end_seq < split:
-            out.line(f"  after turn {turn.number}: seqs {split}-{turn.last_seq} (between turns)")
+            out.line(f"  after turn {turn.turn}: seqs {split}-{turn.last_seq} (between turns)")
         else:
             shared = " (its start is shared)" if turn.start_seq < split else ""
             span = f"seqs {turn.start_seq}-{end}{shared}"
-            out.line(f"  turn {turn.number}  {span}  ended {iso(turn.end_time)}")
+            out.line(f"  turn {turn.turn}  {span}  ended {iso(turn.end_time)}")
         if turn.user:
             out.line(f"    user: {turn.user}")
         if turn.tools:
@@ -67,11 +67,11 @@ def _render(out: Out, result: DiffResult) -> None:
         else:
             out.line(f"common prefix: {result.common} events (seqs 0-{result.common - 1})")
         for name, side in (("A", result.a), ("B", result.b)):
-            if side.split_type is None:
+            if side.split_event_type is None:
                 out.line(f"  {name} ends before seq {split}")
             else:
                 turn = "before any turn" if side.split_turn is None else f"turn {side.split_turn}"
-                out.line(f"  {name} at seq {split}: {side.split_type} ({turn})")
+                out.line(f"  {name} at seq {split}: {side.split_event_type} ({turn})")
         out.line()
         _tail(out, "A", result.a, split)
         _tail(out, "B", result.b, split)
