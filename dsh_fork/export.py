@@ -108,14 +108,23 @@ class ExportResult(Documented, Struct):
         )
 
 
+class ExportOptions(Struct, frozen=True):
+    """What the user chose about the archive, handed whole from the command to ``export``:
+    ``forks`` adds the session's fork children and their trees; ``skip_unreadable`` writes
+    what can be read and names the rest (PARTIAL) instead of refusing; ``compression`` is
+    ``--format`` (None: from the file's name, zstd on standard output)."""
+
+    forks: bool = False
+    skip_unreadable: bool = False
+    compression: Compression | None = None
+
+
 def export_session(
     session_arg: str,
     output: str,
     root_option: str | None,
+    options: ExportOptions = ExportOptions(),
     *,
-    forks: bool = False,
-    skip_unreadable: bool = False,
-    compression: Compression | None = None,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
     stdout: IO[bytes] | None = None,
@@ -126,29 +135,19 @@ def export_session(
     located = locate(session_arg, root_option, env)
     located.root.progress = progress
     target = Path(STDOUT) if output == STDOUT else expand_home(output).absolute()
-    return export(
-        located,
-        target,
-        forks=forks,
-        skip_unreadable=skip_unreadable,
-        compression=compression,
-        clock=clock,
-        stdout=stdout,
-    )
+    return export(located, target, options, clock=clock, stdout=stdout)
 
 
 def export(
     located: Located,
     target: Path,
+    options: ExportOptions,
     *,
-    forks: bool,
-    skip_unreadable: bool = False,
-    compression: Compression | None = None,
     clock: ClockMs = now_ms,
     stdout: IO[bytes] | None = None,
 ) -> ExportResult:
     to_stdout = str(target) == STDOUT
-    kind = _compression(target, compression, to_stdout)
+    kind = _compression(target, options.compression, to_stdout)
     if not to_stdout:
         _check_target(located.root, target)
     warnings = list(located.warnings)
@@ -157,14 +156,14 @@ def export(
     spool_dir = None if to_stdout else target.parent
     with tempfile.TemporaryFile(dir=spool_dir, buffering=0) as spool:
         logs = TarWriter(spool, kind)
-        walk = _Walk(located, forks, logs, mtime, warnings)
+        walk = _Walk(located, options.forks, logs, mtime, warnings)
         walk.run()
-        if walk.left_out and not skip_unreadable:
+        if walk.left_out and not options.skip_unreadable:
             raise _refusal(walk.left_out)
         logs.close()
         spool.flush()
         sessions = walk.sessions
-        manifest = bundle.new_manifest(sessions[0].id, forks, created_at, sessions)
+        manifest = bundle.new_manifest(sessions[0].id, options.forks, created_at, sessions)
         if to_stdout:
             handle = stdout if stdout is not None else os.fdopen(1, "wb", closefd=False)
             size = _assemble(handle, kind, manifest, spool, mtime)

@@ -154,17 +154,27 @@ class _Checked(Struct):
     expected_sha: str | None = None
 
 
+class ImportOptions(Struct, frozen=True):
+    """What the user chose about an import, handed whole from the command to
+    ``import_bundle``: ``new_ids`` imports seeded copies under new ids (a second family);
+    ``cwd`` moves the family into another workspace; ``dry_run`` verifies and plans, writing
+    nothing; ``workspace`` false leaves DSH's workspace registry alone; ``compression`` is
+    ``--format`` (None: detected from the content)."""
+
+    new_ids: bool = False
+    cwd: str | None = None
+    dry_run: bool = False
+    workspace: bool = True
+    compression: Compression | None = None
+
+
 def import_bundle(
     archive_arg: str,
     root_option: str | None,
+    options: ImportOptions = ImportOptions(),
     *,
-    new_ids: bool = False,
-    cwd: str | None = None,
-    dry_run: bool = False,
-    compression: Compression | None = None,
     env: Mapping[str, str] | None = None,
     clock: ClockMs = now_ms,
-    workspace: bool = True,
     progress: Progress = SILENT,
 ) -> ImportResult:
     """Verify the bundle, plan, and (unless ``dry_run``) publish it into the root; then each
@@ -174,20 +184,18 @@ def import_bundle(
     ``archive_arg`` ``-`` reads standard input; a pipe is read once, into an unnamed file of
     the root (gone when the import ends), since the import reads the archive twice: once to
     verify everything, once to publish. A dry run writes nothing in the root, not even that:
-    its copy goes to an unnamed file of the temp dir (``$TMPDIR``). ``compression`` None
-    detects it from the content."""
+    its copy goes to an unnamed file of the temp dir (``$TMPDIR``)."""
     stdin = archive_arg == tarstream.STDIN_NAME
     archive = Path(tarstream.STDIN_NAME) if stdin else expand_home(archive_arg).absolute()
     root = Root(resolve_root(root_option, env), progress=progress)
-    if cwd is not None:
-        check_cwd(cwd)
+    if options.cwd is not None:
+        check_cwd(options.cwd)
     with tarstream.open_source(archive_arg, archive) as opened:
-        spool_in = None if dry_run else root.path  # a dry run writes nothing in the root
+        # a dry run writes nothing in the root
+        spool_in = None if options.dry_run else root.path
         source = opened if opened.seekable else _spool(opened, spool_in)
         with source:
-            return _import(
-                root, archive, source, compression, new_ids, cwd, dry_run, clock, workspace
-            )
+            return _import(root, archive, source, options, clock)
 
 
 def _spool(stream: Source, root: Path | None) -> Source:
@@ -251,31 +259,26 @@ def _unnamed_temp() -> int:
 
 
 def _import(
-    root: Root,
-    archive: Path,
-    source: Source,
-    compression: Compression | None,
-    new_ids: bool,
-    cwd: str | None,
-    dry_run: bool,
-    clock: ClockMs,
-    workspace: bool,
+    root: Root, archive: Path, source: Source, options: ImportOptions, clock: ClockMs
 ) -> ImportResult:
+    compression, new_ids, cwd = options.compression, options.new_ids, options.cwd
     manifest = bundle.read_manifest(source, compression)
-    spool = _member_spool(root.path, dry_run)
+    spool = _member_spool(root.path, options.dry_run)
     checked = _verify(source, compression, manifest, cwd if not new_ids else None, spool)
     root.require_writable()
-    result = _plan(root, archive, manifest, checked, new_ids=new_ids, cwd=cwd, dry_run=dry_run)
+    result = _plan(
+        root, archive, manifest, checked, new_ids=new_ids, cwd=cwd, dry_run=options.dry_run
+    )
     result.warnings += [
         f"{s.id} was running when it was exported: the bundle holds it as of a stable read"
         for s in manifest.sessions
         if s.lock_held
     ]
-    if not dry_run:
+    if not options.dry_run:
         _publish_all(root, source, compression, manifest, checked, result, clock, spool)
         if new_ids:
             _catalogue(root, result, checked, clock)
-    _join_workspaces(root, manifest, result, workspace, clock)
+    _join_workspaces(root, manifest, result, options.workspace, clock)
     return result
 
 

@@ -28,10 +28,10 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .discovery import Root
     from .doctor import DoctorReport
     from .du import DiskUsage
-    from .export import ExportResult
+    from .export import ExportOptions, ExportResult
     from .fixtures import FixtureSummary
     from .fork import ForkOptions, ForkResult
-    from .importer import ImportResult
+    from .importer import ImportOptions, ImportResult
     from .inspect import InspectReport
     from .lineage import Lineage
     from .listing import SessionList
@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .salvage import SalvageResult
     from .search import SearchResult
     from .sessionarg import Located
-    from .tarstream import Compression
     from .trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
 
@@ -89,55 +88,28 @@ def export(
     ctx: Context,
     session: str,
     output: str,
+    options: ExportOptions,
     *,
-    forks: bool,
-    skip_unreadable: bool = False,
-    compression: Compression | None = None,
     stdout: IO[bytes] | None = None,
     progress: Progress = SILENT,
 ) -> ExportResult:
-    """``export``: the session and its family into one archive (``-``: ``stdout``)."""
+    """``export``: the session and its family into one archive (``-``: ``stdout``); what
+    the user chose about it is ``options`` (``export.ExportOptions``)."""
     from .export import export_session
 
     return export_session(
-        session,
-        output,
-        ctx.root_option,
-        forks=forks,
-        skip_unreadable=skip_unreadable,
-        compression=compression,
-        env=ctx.env,
-        stdout=stdout,
-        progress=progress,
+        session, output, ctx.root_option, options, env=ctx.env, stdout=stdout, progress=progress
     )
 
 
 def import_bundle(
-    ctx: Context,
-    archive: str,
-    *,
-    new_ids: bool,
-    cwd: str | None,
-    dry_run: bool,
-    workspace: bool = True,
-    progress: Progress = SILENT,
-    compression: Compression | None = None,
+    ctx: Context, archive: str, options: ImportOptions, *, progress: Progress = SILENT
 ) -> ImportResult:
     """``import``: verify an archive, then publish its sessions into the root (and their
-    workspaces, unless ``workspace`` is false)."""
+    workspaces, unless ``options.workspace`` is false)."""
     from .importer import import_bundle as run_import
 
-    return run_import(
-        archive,
-        ctx.root_option,
-        new_ids=new_ids,
-        cwd=cwd,
-        dry_run=dry_run,
-        compression=compression,
-        env=ctx.env,
-        workspace=workspace,
-        progress=progress,
-    )
+    return run_import(archive, ctx.root_option, options, env=ctx.env, progress=progress)
 
 
 def attach(ctx: Context, sessions: list[str], *, every: bool, dry_run: bool) -> AttachResult:

@@ -39,7 +39,7 @@ from dsh_fork.errors import (
 from dsh_fork.export import export_session
 from dsh_fork.fixtures import Clock, SessionSpec, generate, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
-from dsh_fork.importer import ImportResult, import_bundle
+from dsh_fork.importer import ImportOptions, ImportResult, import_bundle
 from dsh_fork.layout import project_dir_name
 
 NOW = 1_800_000_000_000
@@ -63,11 +63,8 @@ def export(root: Path, session: str, out: Path, *forks: str) -> Path:
 
 
 def import_(root: Path, archive: Path, *args: str) -> ImportResult:
-    return import_bundle(str(archive), str(root), clock=lambda: NOW, **_options(args))
-
-
-def _options(args: tuple[str, ...]) -> dict[str, Any]:
-    return {"new_ids": "--new-ids" in args, "dry_run": "--dry-run" in args}
+    options = ImportOptions(new_ids="--new-ids" in args, dry_run="--dry-run" in args)
+    return import_bundle(str(archive), str(root), options, clock=lambda: NOW)
 
 
 def doctor_ok(root: Path) -> None:
@@ -976,9 +973,9 @@ def test_a_log_spooled_to_a_file_imports_as_a_log_held_in_memory(
     archive = export(root, family(root), tmp_path / "f.tar.zst")
     held, spooled = tmp_path / "held" / "sessions", tmp_path / "spooled" / "sessions"
 
-    import_bundle(str(archive), str(held), clock=lambda: NOW, **options)
+    import_bundle(str(archive), str(held), ImportOptions(**options), clock=lambda: NOW)
     monkeypatch.setattr(bundle, "HELD_BYTES", 0)
-    import_bundle(str(archive), str(spooled), clock=lambda: NOW, **options)
+    import_bundle(str(archive), str(spooled), ImportOptions(**options), clock=lambda: NOW)
 
     assert tree_digest(spooled) == tree_digest(held)
     assert len(logs(spooled)) == 7

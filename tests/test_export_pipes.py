@@ -29,7 +29,7 @@ import dsh_fork
 from dsh_fork.errors import DshForkError
 from dsh_fork.fixtures import generate
 from dsh_fork.generations import CURRENT_NAME
-from dsh_fork.importer import import_bundle
+from dsh_fork.importer import ImportOptions, import_bundle
 
 TIMEOUT = 120
 
@@ -212,7 +212,7 @@ def test_a_dry_run_from_a_pipe_writes_nothing_in_a_root_it_cannot_write(
             threading.Thread(target=feed, daemon=True).start()
             sys.stdin = os.fdopen(read_end, "rb")
             try:
-                result = import_bundle("-", str(target), dry_run=True, new_ids=True)
+                result = import_bundle("-", str(target), ImportOptions(dry_run=True, new_ids=True))
             except DshForkError as exc:
                 return exc.code
             return [item.status for item in result.items]

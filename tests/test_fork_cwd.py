@@ -19,7 +19,7 @@ from dsh_fork.errors import UsageError
 from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
-from dsh_fork.importer import import_bundle
+from dsh_fork.importer import ImportOptions, import_bundle
 from dsh_fork.layout import project_dir_name
 from dsh_fork.validation import validate_dir
 from dsh_fork.workspace import rebase_cwd
@@ -211,7 +211,7 @@ def test_import_cwd_with_new_ids_into_the_same_root(tmp_path: Path, clock: Clock
     archive = tmp_path / "f.tar.zst"
     assert run_cli("--root", root, "export", "top", "-o", archive).exit_code == 0
 
-    result = import_bundle(str(archive), str(root), new_ids=True, cwd=MOVED)
+    result = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd=MOVED))
 
     top, inside, outside = result.items
     assert top.path.parent.parent.name == MOVED_DIR
@@ -232,8 +232,8 @@ def test_another_cwd_gives_another_family(tmp_path: Path, clock: Clock) -> None:
     archive = tmp_path / "f.tar"
     assert run_cli("--root", root, "export", "top", "-o", archive).exit_code == 0
 
-    first = import_bundle(str(archive), str(root), new_ids=True, cwd="/one")
-    second = import_bundle(str(archive), str(root), new_ids=True, cwd="/two")
+    first = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd="/one"))
+    second = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd="/two"))
 
     assert {i.id for i in first.items}.isdisjoint({i.id for i in second.items})
     assert {i.status for i in second.items} == {"created"}
@@ -289,7 +289,7 @@ def test_tree_finds_an_imported_family_under_new_ids(tmp_path: Path, clock: Cloc
     workspace_family(root, clock)
     archive = tmp_path / "f.tar"
     assert run_cli("--root", root, "export", "top", "-o", archive).exit_code == 0
-    result = import_bundle(str(archive), str(root), new_ids=True, cwd=MOVED)
+    result = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd=MOVED))
     top = result.items[0]
 
     nodes = tree_nodes(root, top.id)

@@ -142,11 +142,15 @@ def test_export_counts_bytes_archived_and_import_sessions_imported(
     home: Path, tmp_path: Path
 ) -> None:
     from dsh_fork.discovery import Root
+    from dsh_fork.export import ExportOptions
+    from dsh_fork.importer import ImportOptions
 
     top = generate_top(home)
     archive = tmp_path / "family.tar.zst"
     told = Told()
-    made = porcelain.export(Context.of(str(home)), top, str(archive), forks=False, progress=told)
+    made = porcelain.export(
+        Context.of(str(home)), top, str(archive), ExportOptions(), progress=told
+    )
     assert [stage[0] for stage in told.seen()] == ["sessions read", "bytes archived"]
     assert told.seen()[1][2] == made.manifest.total_bytes > 0
 
@@ -154,13 +158,7 @@ def test_export_counts_bytes_archived_and_import_sessions_imported(
     target.mkdir(parents=True)
     told = Told()
     porcelain.import_bundle(
-        Context.of(str(target)),
-        str(archive),
-        new_ids=False,
-        cwd=None,
-        dry_run=False,
-        workspace=False,
-        progress=told,
+        Context.of(str(target)), str(archive), ImportOptions(workspace=False), progress=told
     )
     assert ("sessions imported", 3, 3) in told.seen()
     assert len(Root(target).entries()) == 3

@@ -24,7 +24,7 @@ from dsh_fork import faults
 from dsh_fork.errors import DshForkError
 from dsh_fork.fixtures import Clock, generate
 from dsh_fork.fork import ForkOptions, fork_session
-from dsh_fork.importer import import_bundle
+from dsh_fork.importer import ImportOptions, import_bundle
 from dsh_fork.layout import encode_segment, project_key
 
 PROJECT = project_key(CWD)
@@ -157,7 +157,9 @@ def test_an_import_that_lost_a_swap_race_leaves_no_session_dir_behind(
     swap = ProjectSwap(target, outside, "create", project)
     monkeypatch.setattr(faults, "step", swap.hook(faults.step))
 
-    error = lost_race(swap, lambda: import_bundle(str(archive), str(target), workspace=False))
+    error = lost_race(
+        swap, lambda: import_bundle(str(archive), str(target), ImportOptions(workspace=False))
+    )
 
     assert swap.swapped
     assert error.code == "SESSION_STALE"

@@ -58,6 +58,7 @@ def export_command(
       dsh-fork export session-6f1c8d2e -o - | ssh host dsh-fork import - --new-ids
     """
     from .. import porcelain
+    from ..export import ExportOptions
 
     out = Out(json_out)
     compression = archive_format(out, format_name)
@@ -74,16 +75,14 @@ def export_command(
         )
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-
+    options = ExportOptions(forks=forks, skip_unreadable=skip_unreadable, compression=compression)
     result = metered(
         out,
         lambda bar: porcelain.export(
             ctx,
             session,
             output,
-            forks=forks,
-            skip_unreadable=skip_unreadable,
-            compression=compression,
+            options,
             stdout=sys.stdout.buffer if to_stdout else None,
             progress=bar,
         ),

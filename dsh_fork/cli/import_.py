@@ -55,25 +55,22 @@ def import_command(
       ssh host dsh-fork export session-6f1c8d2e -o - | dsh-fork import - --new-ids
     """
     from .. import porcelain
+    from ..importer import ImportOptions
 
     out = Out(json_out)
     compression = archive_format(out, format_name)
     ctx = porcelain.Context.of(root_of(root))
     out.info(f"root: {ctx.root}")
-    moved = None if cwd is None else absolute_dir(cwd)
-
+    options = ImportOptions(
+        new_ids=new_ids,
+        cwd=None if cwd is None else absolute_dir(cwd),
+        dry_run=dry_run,
+        workspace=not no_workspace,
+        compression=compression,
+    )
     result = metered(
         out,
-        lambda bar: porcelain.import_bundle(
-            ctx,
-            archive,
-            new_ids=new_ids,
-            cwd=moved,
-            dry_run=dry_run,
-            workspace=not no_workspace,
-            compression=compression,
-            progress=bar,
-        ),
+        lambda bar: porcelain.import_bundle(ctx, archive, options, progress=bar),
         where=ctx.root,
     )
     emit(out, result, _render)
