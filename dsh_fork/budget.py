@@ -16,6 +16,7 @@ record assembly and the whole-file reads (``reader``), and the JSON parse of one
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .errors import CorruptLog
@@ -49,8 +50,13 @@ CHECK_MIN_BYTES = 2 * MAX_JSON_VALUES
 """Lines shorter than this cannot hold more than ``MAX_JSON_VALUES`` values (each needs a byte
 besides its comma): the one test the usual line costs."""
 _SEPARATORS = (b",", b":", b"[", b"{")
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-"""A JSON string (the unrolled form: no backtracking on long strings)."""
+
+
+@functools.cache
+def _string() -> re.Pattern[bytes]:
+    """A JSON string (the unrolled form: no backtracking on long strings); compiled on first
+    use, which only a line with many separators makes."""
+    return re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def too_large(per: str, cap: int, unit: str = "bytes") -> str:
@@ -70,7 +76,7 @@ def json_values(line: bytes) -> int:
     if counted <= MAX_JSON_VALUES:
         return counted
     inside = 0
-    for strings, match in enumerate(_STRING.finditer(line), 1):
+    for strings, match in enumerate(_string().finditer(line), 1):
         if strings > MAX_JSON_VALUES:  # each string is a value or a key
             return strings
         start, end = match.span()

@@ -35,7 +35,10 @@ FILE_MODE = 0o600
 OWN_TEMP_SUFFIX = ".dsh-fork.tmp"
 
 
-_OWN_TEMP = re.compile(re.escape(CURRENT_NAME) + r"\.[0-9a-f]{12}" + re.escape(OWN_TEMP_SUFFIX))
+@functools.cache
+def _own_temp() -> re.Pattern[str]:
+    """Compiled on first use: only a sweep of a session dir asks."""
+    return re.compile(re.escape(CURRENT_NAME) + r"\.[0-9a-f]{12}" + re.escape(OWN_TEMP_SUFFIX))
 
 
 _P = ParamSpec("_P")
@@ -67,7 +70,7 @@ def own_temp_name() -> str:
 
 
 def is_own_temp(name: str) -> bool:
-    return _OWN_TEMP.fullmatch(name) is not None
+    return _own_temp().fullmatch(name) is not None
 
 
 def fsync_dir(path: Path) -> None:

@@ -13,13 +13,12 @@ agent plan).
 
 from __future__ import annotations
 
-import dataclasses
-import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET, Struct, field
+from msgspec.structs import replace
 
 from . import closers, inbox, seeded, titles
 from .closers import ClosedTurn
@@ -66,8 +65,7 @@ SourceReader = Callable[[Generation, list[str]], SessionLog]
 """Reads a fork's source log, with the events of the given types collected."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ForkOptions:
+class ForkOptions(Struct, frozen=True):
     """What the user chose about the child, handed whole from the command to ``fork`` (and
     built by ``salvage``): the fork's parameters, written once.
 
@@ -340,7 +338,7 @@ def fork_session(
 
         turns_log = open_log(source.generation, collect=TURN_TYPES)
         at = boundary_of_turn(turns_log, turn, close_turn=options.close_turn)
-        options = dataclasses.replace(options, at=at)
+        options = replace(options, at=at)
     oplog = oplog_path or default_oplog_path(root_option, env)
     return fork(source.root, source, options, clock=clock, new_id=new_id, oplog_path=oplog)
 
@@ -522,4 +520,6 @@ def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:
 
 def relink_command(child_id: str) -> str:
     """The command that completes a fork child's subagent tree (a rerun copies what is missing)."""
+    import shlex  # only a partial fork names it
+
     return f"dsh-fork relink {shlex.quote(child_id)}"

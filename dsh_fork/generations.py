@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from pathlib import Path
@@ -18,9 +19,17 @@ ZSTD_SUFFIX = ".zstd"
 LOCK_NAME = "session.lock"
 CURRENT_NAME = "session.v4.jsonl.zstd"
 
-# `[0-9]`, not `\d`: Unicode digits must not match. Case-sensitive on purpose.
-_BASE = re.compile(r"session(?:\.v([1-9][0-9]*))?\.jsonl")
-_TEMP = re.compile(r".*\.tmp(?:-[0-9]+)?|.*\.repair|.*\.bak.*")
+
+# The patterns are compiled on first use: a run that meets only current names needs neither.
+@functools.cache
+def _base() -> re.Pattern[str]:
+    # `[0-9]`, not `\d`: Unicode digits must not match. Case-sensitive on purpose.
+    return re.compile(r"session(?:\.v([1-9][0-9]*))?\.jsonl")
+
+
+@functools.cache
+def _temp() -> re.Pattern[str]:
+    return re.compile(r".*\.tmp(?:-[0-9]+)?|.*\.repair|.*\.bak.*")
 
 
 class Generation(Struct, frozen=True):
@@ -41,7 +50,7 @@ def parse_name(name: str) -> tuple[int, Encoding] | None:
         base, encoding = name[: -len(ZSTD_SUFFIX)], "zstd"
     else:
         base, encoding = name, "plain"
-    match = _BASE.fullmatch(base)
+    match = _base().fullmatch(base)
     if match is None:
         return None
     digits = match.group(1)
@@ -59,7 +68,7 @@ def canonical_name(version: int, encoding: Encoding = "zstd") -> str:
 
 def is_temp_name(name: str) -> bool:
     """Names of publish/migration temps and backups: never generations, reported by doctor."""
-    return _TEMP.fullmatch(name) is not None
+    return _temp().fullmatch(name) is not None
 
 
 Names = tuple[tuple[int, Encoding, str], ...]

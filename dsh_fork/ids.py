@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import unicodedata
 import uuid
 from collections.abc import Callable
 
@@ -22,7 +21,12 @@ def now_ms() -> int:
 
 def new_id_problem(session_id: str) -> str | None:
     """Why a user-given new id is refused, or None: a control character would break every line
-    that prints the id, and a lone surrogate is no text at all (it cannot be UTF-8)."""
+    that prints the id, and a lone surrogate is no text at all (it cannot be UTF-8). Printable
+    ASCII holds neither, so the usual id is passed without loading the Unicode tables."""
+    if session_id.isascii() and session_id.isprintable():
+        return None
+    import unicodedata
+
     for ch in session_id:
         category = unicodedata.category(ch)
         if category == "Cc":

@@ -8,7 +8,6 @@ outcome (fork, the CLI, porcelain) reads its shape without the machinery that ma
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +128,8 @@ class RelinkSummary(Documented, Struct):
         total += len(self.uncatalogable)
         rerun = None
         if rerun_helps(problems) and self.fork_child is not None and not self.dry_run:
+            import shlex  # only a rerun is quoted
+
             rerun = f"dsh-fork relink {shlex.quote(self.fork_child)}"  # finishes what failed
         return Partial(
             f"{len(problems)} of {counted(max(total, len(problems)), 'item')} failed",

@@ -14,9 +14,10 @@ prefix of a fork, the torn tail DSH would truncate.
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from msgspec import Struct
 
 from . import frames as zframes
 from .errors import CorruptLog, UnsupportedFormat
@@ -38,8 +39,7 @@ from .source import FileBytes, FileRun
 Identity = tuple[int, int, int, int, int]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Committed:
+class Committed(Struct, frozen=True):
     """What opening a generation file found, handed whole to the representation that reads
     it (``PackedLog`` or ``FramedLog``): one value, so the list is written once."""
 
