@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Set
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from msgspec import Struct, field
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 RootEncoding = Literal["zstd", "plain", "mixed", "empty"]
 
 
-class _ProjectListing(NamedTuple):
+class _ProjectListing(Struct, frozen=True):
     """A project dir as ``Root.unknown_texts`` last listed it."""
 
     mark: tuple[int, int, int] | None
@@ -488,7 +488,7 @@ def _list_jobs(
     return entries
 
 
-class _Glancing(NamedTuple):
+class _Glancing(Struct, frozen=True):
     """How ``list`` reads and folds a small log (``leanlog``): looked up once per listing,
     since an import statement run per dir cost more than a microsecond each time."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from msgspec import Struct
 
@@ -84,7 +84,7 @@ class WorkspaceJoin(Documented, Struct):
         return f"{self.status}: {self.reason}"
 
 
-class Request(NamedTuple):
+class Request(Struct, frozen=True):
     """A session to place: a fork child of ``lineage[0]`` (its nearest listed ancestors
     after it, for a subagent source), or, with no lineage, one placed by its cwd."""
 
@@ -94,7 +94,7 @@ class Request(NamedTuple):
     subagent: bool = False
 
 
-class Joined(NamedTuple):
+class Joined(Struct, frozen=True):
     joins: list[WorkspaceJoin]
     warnings: list[str]
 

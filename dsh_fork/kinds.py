@@ -21,7 +21,9 @@ ask for a seed, and a session its parent catalogues is listed in that parent's p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Literal
+
+from msgspec import Struct
 
 from .discovery import Root
 from .errors import DshForkError
@@ -62,7 +64,7 @@ def unsettled(kind: str | None) -> bool:
     return kind in ("fork", "linked")
 
 
-class Evidence(NamedTuple):
+class Evidence(Struct, frozen=True):
     """What one log says for the rule: whether it has an own-range descriptor, and the ids
     its catalog names (any ``subagent/catalog`` fact of the log)."""
 

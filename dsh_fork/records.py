@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 import msgspec
 import orjson
@@ -125,9 +125,10 @@ def split_lines(plaintext: bytes, *, where: str = "log") -> list[bytes]:
 # -- header ---------------------------------------------------------------------------------
 
 
-class Header(NamedTuple):
-    """A validated session header. A named tuple, not a frozen dataclass: every listing that
-    validates headers builds one per session, and a tuple is built in a fifth of the time."""
+class Header(Struct, frozen=True):
+    """A validated session header. A frozen Struct, not a frozen dataclass: every listing that
+    validates headers builds one per session, and a Struct is built without running Python
+    code (about 0.1 µs, a fraction of a dataclass's or a named tuple's)."""
 
     version: int
     id: str

@@ -30,7 +30,9 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
+
+from msgspec import Struct
 
 from . import storage
 from .errors import DshForkError
@@ -53,7 +55,7 @@ GLOBAL = "global"
 """In ``Edit.changed``: a global list of ids changed (``Change.lists``)."""
 
 
-class Record(NamedTuple):
+class Record(Struct, frozen=True):
     """One workspace: its id (the key in ``tables.workspaces``), its ``path``, ``title`` and
     ``sessionIds`` (newest first)."""
 
@@ -63,7 +65,7 @@ class Record(NamedTuple):
     session_ids: tuple[str, ...]
 
 
-class Change(NamedTuple):
+class Change(Struct, frozen=True):
     """Put ``session`` into the record ``target`` (and out of every other), or with
     ``target=None`` take it out of every record; ``lists``: global lists of ids to put it
     into (True) or take it out of (False), such as ``archivedSessionIds`` (trash, restore)."""
@@ -73,7 +75,7 @@ class Change(NamedTuple):
     lists: tuple[tuple[str, bool], ...] = ()
 
 
-class Target(NamedTuple):
+class Target(Struct, frozen=True):
     """Where a session would go: a record, or None and the reason it stays Ungrouped."""
 
     record: Record | None
@@ -431,7 +433,7 @@ def _why(exc: BaseException) -> str:
 # -- editing (§1.4.5, §1.4.6) -----------------------------------------------------------------
 
 
-class Edit(NamedTuple):
+class Edit(Struct, frozen=True):
     """What one ``edit`` did: the registry as read under the lock, the changes ``decide``
     named, the records they changed, and whether the file was written (if not: ``reason``)."""
 

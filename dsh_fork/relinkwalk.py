@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from msgspec import Struct
 
@@ -34,7 +34,7 @@ from .sessionlog import SessionLog
 from .workspace import Workspace, rebase_cwd
 
 
-class _NewFact(NamedTuple):
+class _NewFact(Struct, frozen=True):
     """A catalog fact the walk will append to a parent, held encoded until the append parses
     it again (about 170 bytes, where its parsed dict takes about 500: a level of thousands
     of copies holds one per copy until its parent's frame is written)."""

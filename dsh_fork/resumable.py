@@ -20,7 +20,9 @@ is the one the walk's append left under the parent's lock, when the walk appende
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
+
+from msgspec import Struct
 
 from .discovery import Root
 from .errors import DshForkError
@@ -37,7 +39,7 @@ Catalog = frozenset[str] | str
 """The ids a session's own-range catalog names, or why the session cannot be read."""
 
 
-class _ReadBack(NamedTuple):
+class _ReadBack(Struct, frozen=True):
     """One copy as read back: what fails the check of it, and its own catalog (it is the
     parent of the copies below it, so the same read answers for them)."""
 

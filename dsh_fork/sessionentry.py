@@ -16,7 +16,9 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from .errors import DshForkError, IoError
 from .fsdir import not_regular
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from .leanlog import Glance
 
 
-class _Lineage(NamedTuple):
+class _Lineage(Struct, frozen=True):
     """What lineage asks of a header line, read off its raw fields: ``id`` and ``parent``
     when they are strings, whether ``origin`` is ``subagent``, ``createdAt`` when it is a
     plain integer (else the validated header decides). Taken from a validated header, it
