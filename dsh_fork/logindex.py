@@ -45,6 +45,18 @@ class TornTail(Struct, frozen=True):
     recovered: tuple[bytes, ...]
 
 
+def kept_events(torn: TornTail | None, next_seq: int, where: str) -> list[Event]:
+    """The events of a torn tail's complete lines that DSH keeps: those that parse and
+    continue the seqs from ``next_seq``, up to the first that does not."""
+    events: list[Event] = []
+    for line in torn.recovered if torn is not None else ():
+        try:
+            events.append(parse_event(line, next_seq + len(events), where=where))
+        except CorruptLog:
+            break
+    return events
+
+
 class Chunk(Struct, frozen=True):
     """A run of whole body lines: adjacent zstd frames whose plaintexts end on a line boundary
     (usually one frame), the whole body of a plain log (no frames), or the kept lines of a torn

@@ -173,7 +173,7 @@ class Facts(Struct):
         elif kind == "turn/end":
             self.turn_marks.append((ev.seq, True, None))
         elif kind == "session/end-seed":
-            if isinstance(ev.data, dict) and ev.data.get("inherited") is True:
+            if is_cut_marker(ev):
                 self.tagged_markers.append(ev.seq)
         elif kind == "subagent/catalog":
             self.catalog.append(CatalogEntry(ev.seq, ev.data))
@@ -241,6 +241,17 @@ class Facts(Struct):
     def inherited_pending_inbox(self) -> list[Any]:
         """Items queued in the inherited prefix and still queued at the end of the log."""
         return inbox.inherited_pending(self.splices, self.cut)
+
+
+def is_cut_marker(event: Event) -> bool:
+    """A tagged ``session/end-seed`` (format §10.3): a fork's cut, the last of which is the
+    log's (§7.4); an untagged one is a resume's marker, no cut."""
+    data = event.data
+    return (
+        event.type == "session/end-seed"
+        and isinstance(data, dict)
+        and data.get("inherited") is True
+    )
 
 
 def _turn_number(event: Event) -> int | None:

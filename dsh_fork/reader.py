@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from . import budget
@@ -28,8 +28,8 @@ from .generations import (
     scan_names,
     select,
 )
-from .logindex import Chunk, TornTail
-from .records import Header, LineError, parse_event, parse_header, parse_line, split_lines
+from .logindex import Chunk, TornTail, kept_events, summarizer
+from .records import Event, Header, LineError, parse_event, parse_header, parse_line, split_lines
 from .sessionlog import Committed, FramedLog, Identity, PackedLog, SessionLog
 from .source import FileBytes, identity_of
 
@@ -359,3 +359,77 @@ def _index_streamed(
     framed = FramedLog(committed, wanted=wanted, source=source, latest=latest)
     framed.build_index()
     return framed
+
+
+class NotFromEnd(Exception):
+    """A log ``latest_event`` cannot read from its end: not framed zstd v2+, or a frame that
+    does not hold whole lines whose seqs run on into the next (a record spread over frames,
+    an empty frame, a defect). Only the read from its start (``open_log``) says what it holds."""
+
+
+def readable_from_end(generation: Generation) -> bool:
+    """Whether a generation is one ``latest_event`` reads: zstd frames of JSON lines (v2+)."""
+    return generation.encoding == "zstd" and generation.version >= 2
+
+
+def latest_event(
+    generation: Generation, types: Iterable[str], decisive: Callable[[Event], bool]
+) -> Event | None:
+    """The last event of ``types`` that is ``decisive``, read from the log's end: the frames
+    are decoded last first and the read stops at that event, so a question the end of a log
+    answers (what lies after its cut) costs the frames after the answer, not the whole log.
+    None when no event of the log is. The header, the torn tail's kept lines and every frame
+    decoded are checked as ``open_log`` checks them (checksums, envelopes, seqs running on to
+    the end); the frames before the answer are not read. ``NotFromEnd`` when the log is one
+    this read cannot take (the caller then reads it from its start)."""
+    if not readable_from_end(generation):
+        raise NotFromEnd(str(generation.path))
+    check_version(generation)
+    path = generation.path
+    where = str(path)
+    wanted = frozenset(types)
+    source = FileBytes(open_fd(path), path, _identity(os.stat(path)))
+    try:
+        scan = zframes.scan_file(source)
+        if not scan.frames:
+            raise CorruptLog(_NO_HEADER_FRAME.format(where=where), path=where)
+        parse_header(_header_line(source, scan.frames[0], where), generation.version, where=where)
+        found: Event | None = None
+        parts = _parts_from_end(source, scan.frames[1:], _torn(source, scan), wanted, where)
+        for events in parts:
+            for ev in reversed(events):
+                if ev.type in wanted and decisive(ev):
+                    found = ev
+                    break
+            if found is not None:
+                break
+        source.check()
+        return found
+    finally:
+        source.close()
+
+
+def _parts_from_end(
+    source: FileBytes,
+    body: tuple[zframes.Frame, ...],
+    torn: TornTail | None,
+    wanted: frozenset[str],
+    where: str,
+) -> Iterator[list[Event]]:
+    """The events of ``wanted`` types (every kept one of the torn tail), part by part from
+    the end: the torn tail's kept lines, then each body frame's, last first. Each frame must
+    hold whole lines whose seqs end where the next frame's begin, the first from seq 0."""
+    summarize = summarizer(wanted)
+    end: int | None = None  # the first seq of the part after this one
+    for k in range(len(body) - 1, -1, -1):
+        pieces = zframes.map_frames(source, (body[k],), summarize, k + 1)
+        with contextlib.closing(pieces):
+            first, count, hits = next(pieces)
+        if first < 0 or (end is not None and first + count != end) or (k == 0 and first != 0):
+            raise NotFromEnd(where)
+        if end is None:
+            yield kept_events(torn, first + count, where)
+        yield [parse_event(line, first + offset, where=where) for offset, line in hits]
+        end = first
+    if end is None:  # no body frame: the tail's lines are the log's from seq 0
+        yield kept_events(torn, 0, where)

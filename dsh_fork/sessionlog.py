@@ -31,6 +31,7 @@ from .logindex import (
     _matching_lines,
     _run_error,
     _run_events,
+    kept_events,
     type_tokens,
 )
 from .records import Event, Header, parse_event, parse_v0_line, split_lines
@@ -268,15 +269,9 @@ class FramedLog(SessionLog):
             self.collected = collected
 
     def _tail(self, next_seq: int, chunks: list[Chunk]) -> Iterator[Event]:
-        kept: list[bytes] = []
-        events: list[Event] = []
-        for line in self.torn.recovered if self.torn is not None else ():
-            try:
-                events.append(parse_event(line, next_seq + len(kept), where=self.where))
-            except CorruptLog:
-                break
-            kept.append(line)
-        self._kept = tuple(kept)
+        events = kept_events(self.torn, next_seq, self.where)
+        kept = self.torn.recovered[: len(events)] if self.torn is not None else ()
+        self._kept = kept
         if kept:
             chunks.append(Chunk((), next_seq, len(kept), len(self.body_frames), recovered=True))
         yield from events
