@@ -519,7 +519,8 @@ def doctor(
         return _evidence(check) if check.readable else read_evidence(entry)
 
     # Named sessions: a parent outside them is read for the rule only, not validated.
-    kinds = KindRule(root) if sessions else KindRule(root, read=validate_early)
+    # Every log is validated whole: its own descriptor is learned there, not read from its end.
+    kinds = KindRule(root) if sessions else KindRule(root, read=validate_early, read_own=None)
     forks = ForkRules(root, kinds, oplog_path=oplog_path, named=bool(sessions))
     progress.stage("sessions checked", len(chosen))
     for entry in chosen:

@@ -16,6 +16,16 @@ the logs say (``KindRule``): when its parent's log catalogues its id, or it has 
 command treats it as one (relink never copies a tree under it, doctor never asks for one). An
 unseeded session with such evidence is a delegation child too: the rule of dsh-world §4 does not
 ask for a seed, and a session its parent catalogues is listed in that parent's panel.
+
+Each log is read for what the rule asks of it and no more. A parent's catalog is any
+``subagent/catalog`` fact of its log, read whole (and usually already read by the command
+asking). A child's own descriptor lies after its cut, the last tagged end-seed (format §7.4),
+so its log is read from the end (``reader.latest_event``) down to the first descriptor or tagged
+marker met, and only when its parent does not catalogue it: a user fork of a long session holds
+the session's whole history before its few own events, and a fork of that session must not read
+every such history again. The frames read are checked as a whole read checks them; a defect in
+the frames before the answer, which a whole read would have named, leaves the answer standing
+(the command that reads the log reports the defect).
 """
 
 from __future__ import annotations
@@ -27,16 +37,19 @@ from msgspec import Struct
 
 from .discovery import Root
 from .errors import DshForkError
-from .model import Facts, derive
-from .reader import open_log
-from .records import Header
+from .model import Facts, derive, is_cut_marker
+from .reader import NotFromEnd, latest_event, open_log
+from .records import Event, Header
 from .sessionentry import SessionEntry
 
 HeaderKind = Literal["root", "fork", "subagent", "copy", "linked"]
 HEADER_KINDS: tuple[HeaderKind, ...] = ("root", "fork", "subagent", "copy", "linked")
 
-EVIDENCE_TYPES = ("session/end-seed", "subagent/descriptor", "subagent/catalog")
+DESCRIPTOR_TYPE = "subagent/descriptor"
+EVIDENCE_TYPES = ("session/end-seed", DESCRIPTOR_TYPE, "subagent/catalog")
 """What a log is read for to settle a kind: its cut (marker), own descriptors, catalog."""
+OWN_TYPES = ("session/end-seed", DESCRIPTOR_TYPE)
+"""What a log is read for, from its end, to tell whether it has an own descriptor."""
 
 Delegation = Literal["origin", "catalogued", "descriptor"]
 """Why a session is a delegation child: its ``origin``, its parent's catalog, its descriptor."""
@@ -119,8 +132,34 @@ def read_evidence(entry: SessionEntry) -> Evidence | None:
     return Evidence.of(derive(log.header, log.event_count, log.collected))
 
 
+OwnReader = Callable[[SessionEntry], "bool | None"]
+
+
+def read_own_descriptor(entry: SessionEntry) -> bool | None:
+    """Whether the log has a ``subagent/descriptor`` in its own range, read from its end: the
+    last descriptor or tagged marker decides (a descriptor after every tagged marker is own;
+    a marker met first is the cut, and what lies before it is inherited). None when it cannot
+    be read; a log the end cannot be read from is read whole (``read_evidence``)."""
+    generation = entry.generation
+    if generation is None or entry.header is None:
+        return None
+    try:
+        last = latest_event(generation, OWN_TYPES, _decides_own)
+    except NotFromEnd:
+        evidence = read_evidence(entry)
+        return None if evidence is None else evidence.own_descriptor
+    except (DshForkError, OSError):
+        return None
+    return last is not None and last.type == DESCRIPTOR_TYPE
+
+
+def _decides_own(event: Event) -> bool:
+    return event.type == DESCRIPTOR_TYPE or is_cut_marker(event)
+
+
 class KindRule:
-    """Settles the kinds of one root's sessions, reading each log it needs at most once.
+    """Settles the kinds of one root's sessions, reading each log it needs at most once
+    (a child's from its end for its own descriptor, a parent's whole for its catalog).
 
     Only a session the header calls ``fork`` or ``linked`` is settled, from its own log (own
     descriptor) and its parent's (catalog); every other kind is the header's. A command that
@@ -128,10 +167,20 @@ class KindRule:
     logs parents first, ``doctor`` validates every log), so no log is read twice for the rule.
     """
 
-    def __init__(self, root: Root, *, read: Reader = read_evidence) -> None:
+    def __init__(
+        self,
+        root: Root,
+        *,
+        read: Reader = read_evidence,
+        read_own: OwnReader | None = read_own_descriptor,
+    ) -> None:
+        """``read`` reads a log whole for the rule; ``read_own`` tells whether a log has an own
+        descriptor (None: ``read`` tells, for a command that reads every log whole anyway)."""
         self.root = root
         self._read = read
+        self._read_own = read_own
         self._evidence: dict[str, Evidence | None] = {}
+        self._own: dict[str, bool | None] = {}
         self._why: dict[str, Delegation | None] = {}
 
     def learn(self, session_id: str, facts: Facts | Evidence | None) -> None:
@@ -147,6 +196,7 @@ class KindRule:
         (``tree``) forgets each family once it is done, and so holds no evidence (catalogued
         ids) of every session of the root at its end. A session asked of again is read again."""
         self._evidence.clear()
+        self._own.clear()
         self._why.clear()
 
     def evidence(self, entry: SessionEntry) -> Evidence | None:
@@ -156,6 +206,19 @@ class KindRule:
         if session_id not in self._evidence:
             self._evidence[session_id] = self._read(entry)
         return self._evidence[session_id]
+
+    def own_descriptor(self, entry: SessionEntry) -> bool:
+        """Whether the session's log has an own-range descriptor: what a whole read of it
+        learned, else its end read (``read_own``)."""
+        session_id = entry.id
+        if session_id is None:
+            return False
+        if session_id in self._evidence or self._read_own is None:
+            own = self.evidence(entry)
+            return own is not None and own.own_descriptor
+        if session_id not in self._own:
+            self._own[session_id] = self._read_own(entry)
+        return self._own[session_id] is True
 
     def why(self, entry: SessionEntry) -> Delegation | None:
         """Why the session is a delegation child, or None."""
@@ -167,13 +230,13 @@ class KindRule:
         session_id = header.id
         if session_id in self._why:
             return self._why[session_id]
-        own = self.evidence(entry)
         parent = self.root.entry(header.parent_session)
         above = None if parent is None else self.evidence(parent)
-        why = delegation(
+        catalogued = above is not None and session_id in above.catalogued
+        why = delegation(  # a catalogued session's own log is not read: the catalog decides
             header,
-            own_descriptor=own is not None and own.own_descriptor,
-            catalogued_by_parent=above is not None and session_id in above.catalogued,
+            own_descriptor=not catalogued and self.own_descriptor(entry),
+            catalogued_by_parent=catalogued,
         )
         self._why[session_id] = why
         return why

@@ -12,21 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import tree_listing
+from conftest import frame_count, tree_listing
+from relinkkit import CWD, fork_of, session_path, subagent
 
+from dsh_fork import frames as zframes
 from dsh_fork import reader
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtures import Clock, SessionSpec, generate
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 
 
 class Watched:
-    """The reads of a run: ``reader.open_log`` per log file, ``os.scandir`` per dir."""
+    """The reads of a run: ``reader.open_log`` per log file, ``os.scandir`` per dir, and the
+    frames of each log file read in pieces that are decoded (``frames.map_frames``)."""
 
     def __init__(self) -> None:
         self.logs: Counter[Path] = Counter()
         self.dirs: Counter[str] = Counter()
+        self.decoded: Counter[Path] = Counter()
 
 
 @pytest.fixture
@@ -44,6 +48,19 @@ def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Watched]:
             seen.dirs[os.fspath(path)] += 1
         return real_scandir(path)
 
+    real_map_frames = zframes.map_frames
+
+    def map_frames(data: Any, frames: Any, then: Any, first_index: int = 0) -> Any:
+        path = getattr(data, "path", None)
+
+        def counted(pieces: Any) -> Any:
+            if path is not None:
+                seen.decoded[Path(path)] += 1
+            return then(pieces)
+
+        return real_map_frames(data, frames, counted, first_index)
+
+    monkeypatch.setattr(zframes, "map_frames", map_frames)
     # every module that took ``open_log`` by name, as the run imports them
     for name, module in list(sys.modules.items()):
         if name.startswith("dsh_fork") and getattr(module, "open_log", None) is real_open_log:
@@ -126,3 +143,50 @@ def test_a_lookup_by_prefix_lists_the_root_and_the_session_dir_once(
     assert watched.dirs[str(root)] == 1
     assert watched.dirs[str(session_dir.parent)] == 1
     assert watched.dirs[str(session_dir)] == 1
+
+
+def test_a_fork_reads_the_earlier_forks_of_its_source_only_after_their_cut(
+    tmp_path: Path, watched: Watched
+) -> None:
+    """A source forked twice by a user, and once by DSH for a subagent that lacks ``origin``:
+    the new fork asks of each whether it is a delegation child (dsh-world §4).
+    The answer lies after its cut (an own descriptor), so each earlier fork's log is decoded
+    from its end down to its cut's frame, never its inherited history again; the delegation
+    child is still told apart (its descriptor) and copied with the source's subagent."""
+    root = tmp_path / "root"
+    clock = Clock()
+    source = SessionSpec(id="session-S", created_at=clock(), cwd=CWD)
+    source.turn(clock, "spawn a helper")
+    helper = subagent(clock, "helper-1", source)
+    source.catalog(clock, helper, label="helper")
+    source.flush()
+    delegated = fork_of(source, "agent-D", clock())  # DSH forked a subagent for it
+    delegated.turns = source.turns
+    delegated.descriptor(clock, "forked reviewer")
+    delegated.turn(clock, "review")
+    delegated.flush()
+    for k in range(30):  # a long history, one frame per turn, as DSH flushes it
+        source.turn(clock, f"turn {k}")
+        source.flush()
+    forks = []
+    for fork_id in ("session-U1", "session-U2"):
+        fork = fork_of(source, fork_id, clock())
+        fork.batches = list(source.batches)  # the inherited frames, then its own
+        fork.turns = source.turns
+        fork.turn(clock, "work of the fork")
+        fork.flush()
+        forks.append(fork)
+    for spec in (source, helper, delegated, *forks):
+        spec.publish(root)
+    users = [session_path(root, fork) for fork in forks]
+    assert all(frame_count(path) > 30 for path in users)
+    watched.logs.clear()
+    watched.decoded.clear()
+
+    result = fork_session("session-S", str(root), ForkOptions(child_id="session-child"))
+
+    assert result.agents is not None and result.failure is None
+    assert sorted(row["source"] for row in result.agents.copied) == ["agent-D", "helper-1"]
+    for path in users:  # the last frame holds the cut and the own events: the rule stops there
+        assert watched.logs[path] == 0
+        assert watched.decoded[path] == 1

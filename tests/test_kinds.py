@@ -14,11 +14,20 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import run_cli
-from relinkkit import CWD, fork_of, subagent
+from relinkkit import CWD, fork_of, session_path, subagent
 
+from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, SessionSpec
-from dsh_fork.kinds import Evidence, KindRule, delegation, header_kind, settled_kind
+from dsh_fork.fixtures import DAMAGES, Clock, SessionSpec, damage, write_spec_as
+from dsh_fork.kinds import (
+    Evidence,
+    KindRule,
+    delegation,
+    header_kind,
+    read_evidence,
+    read_own_descriptor,
+    settled_kind,
+)
 from dsh_fork.lineage import lineage
 from dsh_fork.listing import list_sessions
 from dsh_fork.records import parse_header
@@ -218,6 +227,127 @@ def test_the_pure_rule_matches_the_spec_table() -> None:
         why = delegation(header, own_descriptor=own, catalogued_by_parent=listed)
         assert why == want
         assert settled_kind(header, why) == ("fork" if want is None else "subagent")
+
+
+# -- the own descriptor, read from the end ---------------------------------------------------
+
+
+def framed_fork(source: SessionSpec, fork_id: str, clock: Clock) -> SessionSpec:
+    """A fork of ``source`` whose inherited events keep the source's frames."""
+    fork = fork_of(source, fork_id, clock())
+    fork.batches = list(source.batches)
+    fork.turns = source.turns
+    return fork
+
+
+def end_read_shapes(clock: Clock) -> dict[str, tuple[SessionSpec, bool]]:
+    """Logs whose own-range question the end read answers after several frames or none,
+    each with the answer of the rule (dsh-world §4)."""
+    top = SessionSpec(id="session-T", created_at=clock(), cwd=CWD)
+    for k in range(4):
+        top.turn(clock, f"turn {k}")
+        top.flush()
+    helper = subagent(clock, "helper", top)
+    for _ in range(3):
+        helper.turn(clock)
+        helper.flush()
+    shapes: dict[str, tuple[SessionSpec, bool]] = {}
+
+    late = framed_fork(top, "session-late", clock)  # its descriptor frames before its end
+    late.descriptor(clock, "reviewer")
+    late.flush()
+    for _ in range(3):
+        late.turn(clock)
+        late.flush()
+    shapes["own descriptor, three frames before the end"] = (late, True)
+
+    user = framed_fork(top, "session-user", clock)
+    for _ in range(3):
+        user.turn(clock)
+        user.flush()
+    shapes["user fork"] = (user, False)
+
+    of_helper = framed_fork(helper, "session-of-helper", clock)
+    of_helper.turn(clock)
+    of_helper.flush()
+    shapes["fork of a subagent: its descriptor inherited"] = (of_helper, False)
+
+    middle = framed_fork(top, "session-middle", clock)
+    middle.descriptor(clock, "reviewer")
+    middle.turn(clock)
+    middle.flush()
+    second = framed_fork(middle, "session-second", clock)
+    second.turn(clock)
+    second.flush()
+    shapes["fork of a fork: the first fork's descriptor inherited"] = (second, False)
+
+    linked = SessionSpec(id="linked-d", created_at=clock(), cwd=CWD, parent=top.id)
+    linked.descriptor(clock, "reviewer")
+    linked.flush()
+    for _ in range(3):
+        linked.turn(clock)
+        linked.flush()
+    shapes["unseeded, its descriptor at its start"] = (linked, True)
+
+    plain = SessionSpec(id="linked-p", created_at=clock(), cwd=CWD, parent=top.id)
+    plain.turn(clock)
+    plain.flush()
+    shapes["unseeded, no descriptor"] = (plain, False)
+    return shapes
+
+
+SHAPES = list(end_read_shapes(Clock()))
+
+
+STORED = ["v4", "v3", "v4, one frame", "plain v4", *(f"v4, then {kind}" for kind in DAMAGES)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("stored", STORED)
+def test_the_end_read_answers_as_the_whole_read(root: Path, shape: str, stored: str) -> None:
+    """What the log says of an own descriptor is the same read from its end (the kind rule's
+    read) and whole: over several frames, across inherited descriptors and markers, in a
+    log of one frame, of an older generation, a plain one (read whole), and with each defect
+    DSH refuses appended after the answer (the end read meets it first: unreadable)."""
+    spec, answer = end_read_shapes(Clock())[shape]
+    if stored == "v3":
+        write_spec_as(spec, root, 3)
+    elif stored == "plain v4":
+        write_spec_as(spec, root, 4, encoding="plain")
+    else:
+        spec.publish(root, frame_target=1 << 20 if stored == "v4, one frame" else 1)
+    if stored.startswith("v4, then "):
+        damage(session_path(root, spec), stored.removeprefix("v4, then "), Clock())
+        answer = False  # the log is refused: no evidence
+    entry = Root(root).entry(spec.id)
+    assert entry is not None and entry.header is not None
+
+    whole = read_evidence(entry)
+    assert (whole is not None and whole.own_descriptor) is answer
+    assert bool(read_own_descriptor(entry)) is answer
+
+
+def test_a_defect_before_the_answer_is_left_to_the_command_that_reads_the_log(
+    root: Path,
+) -> None:
+    """The end read stops at the answer: a frame before it that does not decode (a whole read
+    refuses the log) is not read, and the answer stands; the kind rule names such a fork a
+    subagent by its own descriptor, and the relink that copies it reports it unreadable."""
+    clock = Clock()
+    shapes = end_read_shapes(clock)
+    spec, answer = shapes["own descriptor, three frames before the end"]
+    assert answer
+    spec.publish(root)
+    path = session_path(root, spec)
+    data = bytearray(path.read_bytes())
+    second = zframes.scan(bytes(data)).frames[2]  # an inherited frame
+    data[second.end - 1] ^= 0xFF  # its content checksum no longer matches
+    path.write_bytes(bytes(data))
+    entry = Root(root).entry(spec.id)
+    assert entry is not None
+
+    assert read_evidence(entry) is None
+    assert read_own_descriptor(entry) is True
 
 
 # -- every command that says "fork" ---------------------------------------------------------
