@@ -141,17 +141,19 @@ class LifecycleRules:
         life.calls = {}
         return True
 
+    def _quick_step(self, data: dict[str, Any]) -> int | None:
+        """The step a step/start or step/end names, when it names the open turn and both
+        numbers are plain integers; None sends the event to the full rule."""
+        turn, step = data.get("turn"), data.get("step")
+        open_turn = self.lifecycle.open_turn
+        if open_turn is None or type(turn) is not int or turn != open_turn:
+            return None
+        return step if type(step) is int else None
+
     def _quick_step_start(self, data: dict[str, Any], seq: int) -> bool:
         life = self.lifecycle
-        turn, step = data.get("turn"), data.get("step")
-        if (
-            life.open_turn is None
-            or type(turn) is not int
-            or turn != life.open_turn
-            or life.open_step is not None
-            or type(step) is not int
-            or step != life.next_step
-        ):
+        step = self._quick_step(data)
+        if step is None or life.open_step is not None or step != life.next_step:
             return False
         life.open_step = step
         life.next_step = step + 1
@@ -159,15 +161,8 @@ class LifecycleRules:
 
     def _quick_step_end(self, data: dict[str, Any], seq: int) -> bool:
         life = self.lifecycle
-        turn, step = data.get("turn"), data.get("step")
-        if (
-            life.open_step is None
-            or type(turn) is not int
-            or turn != life.open_turn
-            or type(step) is not int
-            or step != life.open_step
-            or life.pending
-        ):
+        step = self._quick_step(data)
+        if step is None or step != life.open_step or life.pending:
             return False
         life.open_step = None
         return True
