@@ -162,7 +162,7 @@ class _Lister:
         children: list[_Child] = []
         on_disk: set[str] = set()
         for entry in self.root.children_of(parent.id):
-            child_id = entry.id or entry.session_dir.name
+            child_id = entry.id_or_dir
             on_disk.add(child_id)
             stated = panel.get(child_id)
             migrated = (

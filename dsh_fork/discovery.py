@@ -32,7 +32,7 @@ from .layout import encode_segment
 from .progress import SILENT, Progress
 from .reader import HEADER_FIRST_READ, peek_fields, read_header, read_header_line
 from .records import Header
-from .sessionentry import SessionEntry, _linked, _odd_generation, _unlisted
+from .sessionentry import SessionEntry, _linked, _odd_generation, _unlisted, birth_order
 
 if TYPE_CHECKING:
     from .leanlog import Glance
@@ -324,11 +324,11 @@ class Root(Struct):
         names the parent, so callers can report it instead of dropping it.
         """
         kids = [e for e in self._index().get(parent_id, []) if e.is_subagent]
-        return sorted(kids, key=_order)
+        return sorted(kids, key=birth_order)
 
     def forks_of(self, parent_id: str) -> list[SessionEntry]:
         kids = [e for e in self._index().get(parent_id, []) if _is_fork_child(e)]
-        return sorted(kids, key=_order)
+        return sorted(kids, key=birth_order)
 
     def counts_of(self, parent_id: str) -> tuple[int, int]:
         """(``len(forks_of)``, ``len(children_of)``) without building or sorting either list:
@@ -352,7 +352,7 @@ class Root(Struct):
 
     def fork_children(self) -> list[SessionEntry]:
         kids = [e for e in self.entries() if e.header and e.header.is_fork_child]
-        return sorted(kids, key=_order)
+        return sorted(kids, key=birth_order)
 
     def entry(self, session_id: str) -> SessionEntry | None:
         """The listed session with this id (the first one when an id is duplicated)."""
@@ -593,7 +593,3 @@ def _may_be_conversation(line: bytes) -> bool:
     another field is a conversation whose row reads its log when it is made; one that spells
     its origin with escapes is read whole and not folded, as the validated header decides."""
     return b'"subagent"' not in line
-
-
-def _order(entry: SessionEntry) -> tuple[int, str]:
-    return (entry.created_at, entry.id or entry.session_dir.name)

@@ -120,10 +120,6 @@ class DoctorReport(Documented, Struct):
 # -- root rules -------------------------------------------------------------------------------
 
 
-def _label(entry: SessionEntry) -> str:
-    return entry.id or entry.session_dir.name
-
-
 def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
     """The root rules' findings; ``refused`` gets the dir texts of the listed sessions whose
     header does not validate (the others' headers and path bindings are checked here, once)."""
@@ -188,7 +184,7 @@ def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
                     "error",
                     "PATH_MISMATCH",
                     f"{problem}; DSH refuses the root",
-                    session=_label(entry),
+                    session=entry.id_or_dir,
                     path=log_path,
                 )
             entry.forget()  # back to its header line until its turn comes
@@ -201,7 +197,7 @@ def _root_rules(root: Root, refused: set[str]) -> list[DoctorFinding]:
                 "VERSION_MISMATCH",
                 f"{os.path.basename(log_path)} holds a header of version {raw}; DSH refuses "
                 "the root",
-                session=_label(entry),
+                session=entry.id_or_dir,
                 path=log_path,
             )
     for project, error in cannot_list:
@@ -292,7 +288,7 @@ def _files(directory: str | Path, *, strict: bool = False) -> list[str]:
 
 
 def _session_findings(entry: SessionEntry, check: DirCheck) -> list[DoctorFinding]:
-    label = _label(entry)
+    label = entry.id_or_dir
     path = entry.log_path
     state = probe(entry.dir_text)
     held = state in ("held", "unknown")  # a lock that cannot be probed counts as held
@@ -333,7 +329,7 @@ def _lineage(
 ) -> list[DoctorFinding]:
     """The lineage findings of ``entry``; the other entries whose headers it read are added
     to ``touched`` (the caller returns them to their listed form)."""
-    label = _label(entry)
+    label = entry.id_or_dir
     path = entry.log_path
     out: list[DoctorFinding] = []
 
@@ -539,7 +535,7 @@ def doctor(
         for note in forks.notes(entry):
             report.findings.append(
                 DoctorFinding(
-                    note.severity, "session", note.code, note.message, _label(entry), path
+                    note.severity, "session", note.code, note.message, entry.id_or_dir, path
                 )
             )
         if check.header is not None and check.generation is not None:
@@ -547,7 +543,7 @@ def doctor(
             if ungrouped is not None:
                 report.findings.append(
                     DoctorFinding(
-                        "info", "session", ungrouped.code, ungrouped.message, _label(entry), path
+                        "info", "session", ungrouped.code, ungrouped.message, entry.id_or_dir, path
                     )
                 )
         # what this step read goes back to its listed form (dir text and header line): a run

@@ -40,7 +40,7 @@ from .errors import DshForkError
 from .model import Facts, derive, is_cut_marker
 from .reader import NotFromEnd, latest_event, open_log
 from .records import Event, Header
-from .sessionentry import SessionEntry
+from .sessionentry import SessionEntry, birth_order
 
 HeaderKind = Literal["root", "fork", "subagent", "copy", "linked"]
 HEADER_KINDS: tuple[HeaderKind, ...] = ("root", "fork", "subagent", "copy", "linked")
@@ -265,7 +265,7 @@ class KindRule:
         more = [e for e in self.root.forks_of(parent_id) if self.why(e) is not None]
         if not more:
             return kids
-        return sorted(kids + more, key=lambda e: (e.created_at, e.id or e.session_dir.name))
+        return sorted(kids + more, key=birth_order)
 
     def fork_children(self) -> list[SessionEntry]:
         """The root's user forks, in (createdAt, id) order."""

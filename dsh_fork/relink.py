@@ -87,7 +87,7 @@ def _refresh(root: Root) -> list[Path]:
 
 def _unreadable_item(entry: SessionEntry) -> dict[str, Any]:
     error = entry.error or CorruptLog(f"{entry.session_dir}: unreadable header")
-    return {"id": entry.id or entry.session_dir.name, "code": error.code, "message": str(error)}
+    return {"id": entry.id_or_dir, "code": error.code, "message": str(error)}
 
 
 def unreadable_forks(root: Root) -> list[dict[str, Any]]:
@@ -481,7 +481,7 @@ def relink_all(
     progress.stage("agents planned" if dry_run else "agents copied")
     within = _Within(progress)
     for entry in forks:
-        fork_id = entry.id or entry.session_dir.name
+        fork_id = entry.id_or_dir
         if fork_id in on_purpose:
             result.skipped.append({"forkChild": fork_id, "reason": NO_AGENTS_REASON})
             continue

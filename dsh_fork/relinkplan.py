@@ -39,23 +39,28 @@ from .model import Facts, facts_of
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import open_log
 from .records import held
-from .sessionentry import SessionEntry
+from .sessionentry import SessionEntry, birth_order
 from .sessionlog import SessionLog
 
 LINEAGE_CYCLE = "lineage cycle"
 
 
-class _Opened(Struct):
-    """A session whose log the planner needed: readable (log, facts) or not (error)."""
+class _Held(Struct):
+    """A session the planner holds by its listing entry, named as results name it."""
 
     entry: SessionEntry
-    log: SessionLog | None = None
-    facts: Facts | None = None
-    error: DshForkError | None = None
 
     @property
     def id(self) -> str:
-        return self.entry.id or self.entry.session_dir.name
+        return self.entry.id_or_dir
+
+
+class _Opened(_Held):
+    """A session whose log the planner needed: readable (log, facts) or not (error)."""
+
+    log: SessionLog | None = None
+    facts: Facts | None = None
+    error: DshForkError | None = None
 
     def logged(self) -> Logged | None:
         if self.log is None or self.facts is None:
@@ -183,10 +188,9 @@ it read (``doctor`` plans every fork of a root, and the forks of one parent shar
 candidates)."""
 
 
-class _Member(Struct):
+class _Member(_Held):
     """One candidate: a subagent child of a source parent on the chain (rank 0 = nearest)."""
 
-    entry: SessionEntry
     rank: int
     belongs: bool
     readable: bool = False
@@ -195,10 +199,6 @@ class _Member(Struct):
     opener: Opener = _open
     _opened: _Opened | None = None
     _key: str | None = None
-
-    @property
-    def id(self) -> str:
-        return self.entry.id or self.entry.session_dir.name
 
     def open(self) -> _Opened | None:
         if self._opened is None and self.readable:
@@ -255,10 +255,6 @@ def _lineages(ranks: list[list[_Member]]) -> list[list[_Member]]:
     return lineages
 
 
-def _order(entry: SessionEntry) -> tuple[int, str]:
-    return (entry.created_at, entry.id or entry.session_dir.name)
-
-
 class _Planner:
     """Read-only: decides every outcome of a relink (semantics §4.2, §4.3, §4.4.2)."""
 
@@ -292,7 +288,7 @@ class _Planner:
             members: list[_Member] = []
             catalogued = self._catalogued(source_id) if rank > 0 else _NONE
             for entry in self.kinds.subagents_of(source_id):
-                child_id = entry.id or entry.session_dir.name
+                child_id = entry.id_or_dir
                 if entry.error is not None:
                     failures.append(_failure(child_id, entry.error))
                     continue
@@ -334,7 +330,7 @@ class _Planner:
                 level.unrelated.append(lineage[0].id)
             else:
                 chosen.append((pick, [m for m in lineage if m.rank > pick.rank]))
-        chosen.sort(key=lambda pair: _order(pair[0].entry))
+        chosen.sort(key=lambda pair: birth_order(pair[0].entry))
 
         matches = self._match_existing(existing, chosen)
         by_id = {o.id: o for o in existing}
@@ -357,7 +353,7 @@ class _Planner:
                     opened = member.open()
                     assert opened is not None
                     item = self._classify(opened, point, chain)
-            ordered.append((_order(member.entry), item))
+            ordered.append((birth_order(member.entry), item))
         ordered.sort(key=lambda pair: pair[0])
         level.items = [item for _, item in ordered]
         self._repairs(level, existing, own_catalog, matches)

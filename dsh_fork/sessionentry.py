@@ -365,6 +365,17 @@ class SessionEntry:
         return self._lineage().id
 
     @property
+    def id_or_dir(self) -> str:
+        """What a result and an ordering name the session by: its header's id, else its dir's
+        name, so that a session whose header cannot be read is named too, never skipped."""
+        ident = self._lineage().id
+        if ident:
+            return ident
+        if self._dir is None:  # a listed entry: no Path built for a name
+            return self._dir_text.rpartition(os.sep)[2]
+        return self._dir.name
+
+    @property
     def parent(self) -> str | None:
         return self._lineage().parent
 
@@ -402,6 +413,11 @@ class SessionEntry:
         if header is not None:
             return header.created_at
         return 0
+
+
+def birth_order(entry: SessionEntry) -> tuple[int, str]:
+    """The order of a parent's children, as DSH lists them: by createdAt, then by id."""
+    return (entry.created_at, entry.id_or_dir)
 
 
 def _linked(dir_text: str, what: str = "session directory") -> SessionEntry:

@@ -498,7 +498,7 @@ def _moved(entry: SessionEntry, kinds: KindRule) -> Moved:
     except OSError:
         size = 0
     return Moved(
-        entry.id or session_dir.name,
+        entry.id_or_dir,
         None if header is None else kinds.kind(entry),
         session_dir.parent.name,
         session_dir.name,
