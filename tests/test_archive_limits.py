@@ -111,12 +111,16 @@ def bundle_zst(tmp_path: Path) -> tuple[Path, Path]:
     return archive, target
 
 
-def assert_refused(code: int, stderr: str, peak: float, *words: str) -> None:
+def assert_import_refused(target: Path, archive: Path, *words: str) -> None:
+    """``import ARCHIVE`` into the empty root ``target``, with capped memory: refused as
+    CORRUPT_LOG in one line that says ``words``, within the memory bound, nothing written."""
+    code, stderr, peak = limited("--root", target, "import", archive)
     assert code == 9, stderr
     assert len(stderr.splitlines()) == 1, stderr
     for word in words:
         assert word in stderr, stderr
     assert peak <= PEAK_LIMIT_MB, f"peak RSS {peak:.0f} MB"
+    assert list(target.iterdir()) == []
 
 
 def test_a_bundle_followed_by_2_gib_of_zeros_is_refused_unread(
@@ -127,10 +131,7 @@ def test_a_bundle_followed_by_2_gib_of_zeros_is_refused_unread(
     bomb.write_bytes(archive.read_bytes() + rle_frame(2048 * MIB))
     assert bomb.stat().st_size < archive.stat().st_size + 100_000
 
-    code, stderr, peak = limited("--root", target, "import", bomb)
-
-    assert_refused(code, stderr, peak, "follow the tar archive's end", "too large")
-    assert list(target.iterdir()) == []
+    assert_import_refused(target, bomb, "follow the tar archive's end", "too large")
 
 
 def test_data_after_the_archives_end_is_refused(
@@ -140,10 +141,7 @@ def test_data_after_the_archives_end_is_refused(
     tail = tmp_path / "tail.tar.zst"
     tail.write_bytes(archive.read_bytes() + zstandard.ZstdCompressor().compress(b"x" * 600))
 
-    code, stderr, peak = limited("--root", target, "import", tail)
-
-    assert_refused(code, stderr, peak, "data follows the tar archive's end")
-    assert list(target.iterdir()) == []
+    assert_import_refused(target, tail, "data follows the tar archive's end")
 
 
 @pytest.mark.parametrize("kind", [b"x", b"L"], ids=["PAX header", "GNU long name"])
@@ -165,10 +163,7 @@ def test_a_huge_extended_header_in_a_small_archive_is_refused_too_large(
     target = tmp_path / "b" / "sessions"
     target.mkdir(parents=True)
 
-    code, stderr, peak = limited("--root", target, "import", archive)
-
-    assert_refused(code, stderr, peak, "too large", "65,536")
-    assert list(target.iterdir()) == []
+    assert_import_refused(target, archive, "too large", "65,536")
 
 
 def test_a_member_name_given_twice_is_refused_by_name(
@@ -183,10 +178,7 @@ def test_a_member_name_given_twice_is_refused_by_name(
         for info, data in [*members, members[-1]]:
             tar.addfile(info, io.BytesIO(data))
 
-    code, stderr, peak = limited("--root", target, "import", twice)
-
-    assert_refused(code, stderr, peak, "in the archive twice", members[-1][0].name)
-    assert list(target.iterdir()) == []
+    assert_import_refused(target, twice, "in the archive twice", members[-1][0].name)
 
 
 def test_a_compressed_stream_cut_inside_a_frame_is_refused(
@@ -227,10 +219,7 @@ def test_a_gzip_bomb_behind_a_valid_tar_is_bounded(
     bomb = tmp_path / "zeros.tar.gz"
     bomb.write_bytes(gzip.compress(plain, mtime=0) + tail)
 
-    code, stderr, peak = limited("--root", target, "import", bomb)
-
-    assert_refused(code, stderr, peak, "too large")
-    assert list(target.iterdir()) == []
+    assert_import_refused(target, bomb, "too large")
 
 
 @pytest.mark.parametrize(
