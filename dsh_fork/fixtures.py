@@ -148,6 +148,13 @@ class SessionSpec(Struct):
             "turn/end", clock(), {"turn": number, "reason": reason or {"kind": "completed"}}
         )
 
+    def framed_turns(self, clock: Clock, count: int, text: str = "hello") -> None:
+        """``count`` whole turns, each flushed into frames of its own (a log DSH wrote over
+        several runs, as a reader from its end meets it)."""
+        for _ in range(count):
+            self.turn(clock, text)
+            self.flush()
+
     def tool_turn(
         self,
         clock: Clock,

@@ -248,50 +248,38 @@ def end_read_shapes(clock: Clock) -> dict[str, tuple[SessionSpec, bool]]:
         top.turn(clock, f"turn {k}")
         top.flush()
     helper = subagent(clock, "helper", top)
-    for _ in range(3):
-        helper.turn(clock)
-        helper.flush()
+    helper.framed_turns(clock, 3)
     shapes: dict[str, tuple[SessionSpec, bool]] = {}
 
     late = framed_fork(top, "session-late", clock)  # its descriptor frames before its end
     late.descriptor(clock, "reviewer")
     late.flush()
-    for _ in range(3):
-        late.turn(clock)
-        late.flush()
+    late.framed_turns(clock, 3)
     shapes["own descriptor, three frames before the end"] = (late, True)
 
     user = framed_fork(top, "session-user", clock)
-    for _ in range(3):
-        user.turn(clock)
-        user.flush()
+    user.framed_turns(clock, 3)
     shapes["user fork"] = (user, False)
 
     of_helper = framed_fork(helper, "session-of-helper", clock)
-    of_helper.turn(clock)
-    of_helper.flush()
+    of_helper.framed_turns(clock, 1)
     shapes["fork of a subagent: its descriptor inherited"] = (of_helper, False)
 
     middle = framed_fork(top, "session-middle", clock)
     middle.descriptor(clock, "reviewer")
-    middle.turn(clock)
-    middle.flush()
+    middle.framed_turns(clock, 1)
     second = framed_fork(middle, "session-second", clock)
-    second.turn(clock)
-    second.flush()
+    second.framed_turns(clock, 1)
     shapes["fork of a fork: the first fork's descriptor inherited"] = (second, False)
 
     linked = SessionSpec(id="linked-d", created_at=clock(), cwd=CWD, parent=top.id)
     linked.descriptor(clock, "reviewer")
     linked.flush()
-    for _ in range(3):
-        linked.turn(clock)
-        linked.flush()
+    linked.framed_turns(clock, 3)
     shapes["unseeded, its descriptor at its start"] = (linked, True)
 
     plain = SessionSpec(id="linked-p", created_at=clock(), cwd=CWD, parent=top.id)
-    plain.turn(clock)
-    plain.flush()
+    plain.framed_turns(clock, 1)
     shapes["unseeded, no descriptor"] = (plain, False)
     return shapes
 
