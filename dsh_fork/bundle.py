@@ -81,165 +81,112 @@ def member_name(project_dir: str, session_id: str) -> str:
 # -- the manifest -----------------------------------------------------------------------------
 
 
-class BundleSession(Struct, frozen=True):
-    """One session of a bundle as its manifest records it."""
+BundleSession = docs.BundleSession
+"""One session of a bundle as its manifest records it: the manifest's own entry, made once
+where its facts are known (``export``, or ``session_of`` reading a manifest)."""
 
-    id: str
-    role: Role
-    parent_session: str | None
-    origin: str | None
-    cwd: str | None
-    project_dir: str
-    generation: int
-    created_at: int
-    is_seeded: bool
-    delegation_depth: int
-    events: int
-    cut: int
-    member: str
-    size: int
-    sha256: str
-    lock_held: bool
+Manifest = docs.Manifest
+"""What a bundle holds: the family of ``top``, parents before children (``new_manifest``,
+``parse_manifest``); export writes it into the archive and prints it as it is."""
 
-    def to_document(self) -> docs.BundleSession:
-        return docs.BundleSession(
-            id=self.id,
-            role=self.role,
-            parent_session=self.parent_session,
-            origin=self.origin,
-            cwd=self.cwd,
-            project_dir=self.project_dir,
-            session_dir=encode_segment(self.id),
-            generation=self.generation,
-            created_at=self.created_at,
-            is_seeded=self.is_seeded,
-            delegation_depth=self.delegation_depth,
-            events=self.events,
-            cut=self.cut,
-            lock_held=self.lock_held,
-            file=docs.BundleFile(self.member, self.size, self.sha256),
+
+def session_of(value: Any, where: str) -> BundleSession:
+    """A manifest's session entry, checked; ``sessionDir`` is the id's dir name, whatever
+    the entry says, as is every name import derives."""
+    if not isinstance(value, dict):
+        raise _bad(where, "a session entry is not an object")
+    file = value.get("file")
+    if not isinstance(file, dict):
+        raise _bad(where, "a session entry has no file object")
+    try:
+        ident = _text(value, "id")
+        session = BundleSession(
+            id=ident,
+            role=_role(value.get("role")),
+            parent_session=_text(value, "parentSession", optional=True),
+            origin=_text(value, "origin", optional=True),
+            cwd=_text(value, "cwd", optional=True),
+            project_dir=_text(value, "projectDir"),
+            session_dir=encode_segment(ident) if ident else "",  # "": refused below
+            generation=_count(value, "generation"),
+            created_at=_count(value, "createdAt"),
+            is_seeded=_flag(value, "isSeeded"),
+            delegation_depth=_count(value, "delegationDepth"),
+            events=_count(value, "events"),
+            cut=_count(value, "cut"),
+            lock_held=_flag(value, "lockHeld"),
+            file=docs.BundleFile(
+                path=_text(file, "path"), size=_count(file, "size"), sha256=_text(file, "sha256")
+            ),
         )
-
-    @classmethod
-    def from_json(cls, value: Any, where: str) -> BundleSession:
-        if not isinstance(value, dict):
-            raise _bad(where, "a session entry is not an object")
-        file = value.get("file")
-        if not isinstance(file, dict):
-            raise _bad(where, "a session entry has no file object")
-        try:
-            session = cls(
-                id=_text(value, "id"),
-                role=_role(value.get("role")),
-                parent_session=_text(value, "parentSession", optional=True),
-                origin=_text(value, "origin", optional=True),
-                cwd=_text(value, "cwd", optional=True),
-                project_dir=_text(value, "projectDir"),
-                generation=_count(value, "generation"),
-                created_at=_count(value, "createdAt"),
-                is_seeded=_flag(value, "isSeeded"),
-                delegation_depth=_count(value, "delegationDepth"),
-                events=_count(value, "events"),
-                cut=_count(value, "cut"),
-                member=_text(file, "path"),
-                size=_count(file, "size"),
-                sha256=_text(file, "sha256"),
-                lock_held=_flag(value, "lockHeld"),
-            )
-        except (KeyError, TypeError) as exc:
-            raise _bad(where, f"session entry: {exc}") from None
-        if session.id == "":
-            raise _bad(where, "a session entry has an empty id")
-        if len(encode_segment(session.id).encode()) > MAX_NAME_BYTES:
-            raise _bad(where, f"{session.id[:40]}…: the id is too long for a directory name")
-        if session.cwd is not None and not (session.cwd and is_absolute_cwd(session.cwd)):
-            raise _bad(where, f"{session.id}: cwd {session.cwd!r} is not an absolute path")
-        if session.project_dir != project_dir_name(session.cwd):
-            raise _bad(where, f"{session.id}: projectDir does not match its cwd")
-        if session.member != member_name(session.project_dir, session.id):
-            raise _bad(where, f"{session.id}: unexpected file path {session.member!r}")
-        if len(session.sha256) != 64 or any(c not in "0123456789abcdef" for c in session.sha256):
-            raise _bad(where, f"{session.id}: sha256 is not 64 lowercase hex digits")
-        return session
+    except (KeyError, TypeError) as exc:
+        raise _bad(where, f"session entry: {exc}") from None
+    logged = session.file
+    if session.id == "":
+        raise _bad(where, "a session entry has an empty id")
+    if len(session.session_dir.encode()) > MAX_NAME_BYTES:
+        raise _bad(where, f"{session.id[:40]}…: the id is too long for a directory name")
+    if session.cwd is not None and not (session.cwd and is_absolute_cwd(session.cwd)):
+        raise _bad(where, f"{session.id}: cwd {session.cwd!r} is not an absolute path")
+    if session.project_dir != project_dir_name(session.cwd):
+        raise _bad(where, f"{session.id}: projectDir does not match its cwd")
+    if logged.path != member_name(session.project_dir, session.id):
+        raise _bad(where, f"{session.id}: unexpected file path {logged.path!r}")
+    if len(logged.sha256) != 64 or any(c not in "0123456789abcdef" for c in logged.sha256):
+        raise _bad(where, f"{session.id}: sha256 is not 64 lowercase hex digits")
+    return session
 
 
-class Manifest(Struct, frozen=True):
-    """What a bundle holds: the family of ``top``, parents before children."""
+def encoded(manifest: Manifest) -> bytes:
+    """manifest.json, as export writes it into the archive."""
+    return msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
 
-    schema_version: int
-    kind: str
-    dsh_fork_version: str
-    format_version: int
-    created_at: int
-    top: str
-    forks: bool
-    sessions: tuple[BundleSession, ...]
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(s.size for s in self.sessions)
-
-    def to_document(self) -> docs.Manifest:
-        """manifest.json, as export writes it into the archive and prints it."""
-        return docs.Manifest(
-            schema_version=self.schema_version,
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """A manifest, checked: its schema, and a family in which every parent comes first."""
+    _check_shape(data, where)
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise _bad(where, "manifest.json is not JSON") from None
+    if not isinstance(value, dict) or value.get("kind") != KIND:
+        raise _bad(where, "manifest.json is not a dsh-fork bundle manifest")
+    schema = value.get("schemaVersion")
+    if type(schema) is not int or schema < 1:
+        raise _bad(where, "manifest.json has no valid schemaVersion")
+    if schema > SCHEMA_VERSION:
+        raise UnsupportedFormat(
+            f"{where}: bundle manifest schema {schema} is newer than {SCHEMA_VERSION} "
+            "(written by a newer dsh-fork)",
+            version=schema,
+            path=where,
+        )
+    raw_sessions = value.get("sessions")
+    if not isinstance(raw_sessions, list) or not raw_sessions:
+        raise _bad(where, "manifest.json lists no sessions")
+    try:
+        manifest = Manifest(
+            schema_version=schema,
             kind=KIND,
-            dsh_fork_version=self.dsh_fork_version,
-            format_version=self.format_version,
-            created_at=self.created_at,
-            top=self.top,
-            forks=self.forks,
-            total_bytes=self.total_bytes,
-            sessions=[s.to_document() for s in self.sessions],
+            dsh_fork_version=_text(value, "dshForkVersion"),
+            format_version=_count(value, "formatVersion"),
+            created_at=_count(value, "createdAt"),
+            top=_text(value, "top"),
+            forks=_flag(value, "forks"),
+            total_bytes=0,  # the sum of the sizes of its logs, below
+            sessions=[session_of(s, where) for s in raw_sessions],
         )
-
-    def encoded(self) -> bytes:
-        return msgspec.json.format(msgspec.json.encode(self.to_document()), indent=2) + b"\n"
-
-    @classmethod
-    def parse(cls, data: bytes, where: str) -> Manifest:
-        """A manifest, checked: its schema, and a family in which every parent comes first."""
-        _check_shape(data, where)
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise _bad(where, "manifest.json is not JSON") from None
-        if not isinstance(value, dict) or value.get("kind") != KIND:
-            raise _bad(where, "manifest.json is not a dsh-fork bundle manifest")
-        schema = value.get("schemaVersion")
-        if type(schema) is not int or schema < 1:
-            raise _bad(where, "manifest.json has no valid schemaVersion")
-        if schema > SCHEMA_VERSION:
-            raise UnsupportedFormat(
-                f"{where}: bundle manifest schema {schema} is newer than {SCHEMA_VERSION} "
-                "(written by a newer dsh-fork)",
-                version=schema,
-                path=where,
-            )
-        raw_sessions = value.get("sessions")
-        if not isinstance(raw_sessions, list) or not raw_sessions:
-            raise _bad(where, "manifest.json lists no sessions")
-        try:
-            manifest = cls(
-                schema_version=schema,
-                kind=KIND,
-                dsh_fork_version=_text(value, "dshForkVersion"),
-                format_version=_count(value, "formatVersion"),
-                created_at=_count(value, "createdAt"),
-                top=_text(value, "top"),
-                forks=_flag(value, "forks"),
-                sessions=tuple(BundleSession.from_json(s, where) for s in raw_sessions),
-            )
-        except (KeyError, TypeError) as exc:
-            raise _bad(where, f"manifest: {exc}") from None
-        if manifest.format_version != SUPPORTED_VERSION:
-            raise UnsupportedFormat(
-                f"{where}: the bundle holds format v{manifest.format_version}; dsh-fork "
-                f"imports v{SUPPORTED_VERSION}",
-                version=manifest.format_version,
-            )
-        _check_family(manifest, where)
-        return manifest
+    except (KeyError, TypeError) as exc:
+        raise _bad(where, f"manifest: {exc}") from None
+    if manifest.format_version != SUPPORTED_VERSION:
+        raise UnsupportedFormat(
+            f"{where}: the bundle holds format v{manifest.format_version}; dsh-fork "
+            f"imports v{SUPPORTED_VERSION}",
+            version=manifest.format_version,
+        )
+    _check_family(manifest, where)
+    manifest.total_bytes = sum(s.file.size for s in manifest.sessions)
+    return manifest
 
 
 class _Head(Struct):
@@ -360,7 +307,8 @@ def new_manifest(top: str, forks: bool, created_at: int, sessions: list[BundleSe
         created_at=created_at,
         top=top,
         forks=forks,
-        sessions=tuple(sessions),
+        total_bytes=sum(s.file.size for s in sessions),
+        sessions=sessions,
     )
 
 
@@ -424,8 +372,8 @@ def members(
     if manifest is not None and found != manifest:
         raise _bad(where, "the manifest changed since it was read")
     _check_sizes(found, source, where)
-    expected = {s.member: s for s in found.sessions}
-    order = [s.member for s in found.sessions]
+    expected = {s.file.path: s for s in found.sessions}
+    order = [s.file.path for s in found.sessions]
     seen: set[str] = {MANIFEST_NAME}
     position = 0
     while (entry := tar.next()) is not None:
@@ -470,8 +418,10 @@ def _member_bytes(
 ) -> MemberData:
     """The member's bytes, their sha256 held to the manifest's: held, or (large, with a
     ``spool``) written into an unnamed file and read from it on demand."""
-    if entry.size != session.size:
-        raise _bad(where, f"{entry.name}: {entry.size} bytes, the manifest says {session.size}")
+    if entry.size != session.file.size:
+        raise _bad(
+            where, f"{entry.name}: {entry.size} bytes, the manifest says {session.file.size}"
+        )
     digest = hashlib.sha256()
     if spool is None or entry.size <= HELD_BYTES:
         chunks: list[bytes] = []
@@ -492,7 +442,7 @@ def _member_bytes(
             os.close(fd)
             raise
         data = SpoolBytes(fd, Path(f"{where}:{entry.name}"), identity)
-    if digest.hexdigest() != session.sha256:
+    if digest.hexdigest() != session.file.sha256:
         if isinstance(data, FileBytes):
             data.close()
         raise _bad(where, f"{entry.name}: sha256 differs from the manifest (tampered or damaged)")
@@ -507,7 +457,7 @@ def _first_manifest(tar: TarReader, where: str) -> Manifest:
         raise _bad(where, f"{MANIFEST_NAME} is not a regular file")
     if entry.size > MAX_MANIFEST_BYTES:
         raise tarstream.too_large(where, MANIFEST_NAME, entry.size, MAX_MANIFEST_BYTES)
-    return Manifest.parse(b"".join(tar.content(entry)), where)
+    return parse_manifest(b"".join(tar.content(entry)), where)
 
 
 # -- checking a log ---------------------------------------------------------------------------
@@ -543,7 +493,7 @@ def check_log(member: Member, where: str) -> CheckedLog:
     only complete frames. Memory is bounded by one frame's plaintext beside the bytes.
     """
     session = member.session
-    label = f"{where}:{session.member}"
+    label = f"{where}:{session.file.path}"
     data = member.data
     try:
         scan = zframes.scan_file(data) if isinstance(data, SpoolBytes) else zframes.scan(data)
@@ -567,16 +517,16 @@ def check_log(member: Member, where: str) -> CheckedLog:
         seq = log.event_count
         last_time = log.event(seq - 1).time if seq else None
     except DshForkError as exc:
-        raise _bad(where, f"{session.member}: {exc.message}") from None
+        raise _bad(where, f"{session.file.path}: {exc.message}") from None
     facts = Facts(header, 0)
     for event in log.collected:
         facts.add(event)
     facts.event_count = seq
     expected = (session.id, session.cwd, session.parent_session, session.origin)
     if (header.id, header.cwd, header.parent_session, header.origin) != expected:
-        raise _bad(where, f"{session.member}: its header does not match the manifest")
+        raise _bad(where, f"{session.file.path}: its header does not match the manifest")
     if seq != session.events or facts.cut != session.cut:
-        raise _bad(where, f"{session.member}: event count or cut differs from the manifest")
+        raise _bad(where, f"{session.file.path}: event count or cut differs from the manifest")
     return CheckedLog(header, scan.frames[0].end, seq, last_time, facts)
 
 
@@ -594,7 +544,7 @@ def check_kind(session: BundleSession, log: CheckedLog, parent: Facts | None, wh
     if delegation(log.header, own_descriptor=own, catalogued_by_parent=catalogued) is None:
         raise _bad(
             where,
-            f"{session.member}: listed as a subagent without origin, but neither its parent's "
+            f"{session.file.path}: listed as a subagent without origin, but neither its parent's "
             "catalog nor its own descriptor makes it a delegation child",
         )
 

@@ -57,7 +57,7 @@ from .errors import unsupported_below_v4 as below_v4
 from .generations import SUPPORTED_VERSION, list_generations, select
 from .ids import ClockMs, now_ms
 from .kinds import EVIDENCE_TYPES, Evidence, delegation
-from .layout import decode_segment, expand_home, project_dir_name
+from .layout import decode_segment, encode_segment, expand_home, project_dir_name
 from .locking import running
 from .model import derive
 from .progress import SILENT, Progress
@@ -103,7 +103,7 @@ class ExportResult(Documented, Struct):
         return docs.ExportDocument(
             schema_version=SCHEMA_VERSION,
             archive=docs.Archive(str(self.path), self.compression, self.archive_bytes),
-            manifest=self.manifest.to_document(),
+            manifest=self.manifest,
             left_out=self.left_out,
         )
 
@@ -420,16 +420,15 @@ class _Walk:
             origin=header.origin,
             cwd=header.cwd,
             project_dir=project,
+            session_dir=encode_segment(header.id),
             generation=version,
             created_at=header.created_at,
             is_seeded=header.is_seeded,
             delegation_depth=header.delegation_depth,
             events=log.event_count,
             cut=facts.cut,
-            member=member,
-            size=committed,
-            sha256=digest.hexdigest(),
             lock_held=lock_held,
+            file=docs.BundleFile(member, committed, digest.hexdigest()),
         )
         self._named.add(str(session_dir))
         self.sessions.append(session)
@@ -476,7 +475,7 @@ def _assemble(
 ) -> int:
     """The manifest's part, then the spool's: one archive. Returns the bytes written."""
     head = TarWriter(handle, kind)
-    head.add(bundle.MANIFEST_NAME, manifest.encoded(), mtime)
+    head.add(bundle.MANIFEST_NAME, bundle.encoded(manifest), mtime)
     head.close(end=False)
     handle.flush()
     size = os.fstat(spool.fileno()).st_size

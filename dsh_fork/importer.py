@@ -326,7 +326,7 @@ def _verify(
             moved = _moved(member.session.cwd, top_cwd, cwd)
             item.expected_sha = _same_id_digest(member, log, moved)
         else:
-            item.expected_sha = member.session.sha256
+            item.expected_sha = member.session.file.sha256
         checked[member.session.id] = item
     return checked
 
@@ -361,7 +361,7 @@ def _moved(session_cwd: str | None, top_cwd: str | None, cwd: str | None) -> str
 def derived_id(manifest: Manifest, cwd: str | None, source_id: str) -> str:
     """The new id of a session: the same bundle, cwd and old id always give the same id, so
     a rerun recognises what an interrupted run published."""
-    key = "\x00".join((bundle.digest_of(manifest.encoded()), cwd or "", source_id))
+    key = "\x00".join((bundle.digest_of(bundle.encoded(manifest)), cwd or "", source_id))
     return f"session-{uuid.uuid5(_ID_NAMESPACE, key)}"
 
 
@@ -494,7 +494,7 @@ def _same_id_digest(member: Member, log: CheckedLog, cwd: str | None) -> str:
     """The sha256 of the log as this import writes it under its own id: unchanged, or with
     only the header's cwd replaced (the events stay byte for byte)."""
     if cwd == member.session.cwd:
-        return member.session.sha256
+        return member.session.file.sha256
     digest = hashlib.sha256(zframes.encode(_moved_header(log.header.raw, cwd)))
     for piece in bundle.pieces_of(member.data, log.header_end):
         digest.update(piece)

@@ -30,6 +30,7 @@ from schemakit import check
 from dsh_fork import bundle, faults, reader, tarstream
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
+from dsh_fork.documents import BundleFile
 from dsh_fork.errors import (
     CorruptLog,
     SessionAlreadyExists,
@@ -721,7 +722,7 @@ def test_a_decompression_bomb_is_refused_before_it_is_read(tmp_path: Path) -> No
     bomb = tmp_path / "bomb.tar.zst"
     with open(bomb, "wb") as handle, tarstream.open_source(str(archive), archive) as source:
         tar = tarstream.TarWriter(handle, "zst")
-        manifest = orjson.loads(bundle.read_manifest(source).encoded())
+        manifest = orjson.loads(bundle.encoded(bundle.read_manifest(source)))
         manifest["sessions"][0]["file"].update(
             size=len(zeros), sha256=hashlib.sha256(zeros).hexdigest()
         )
@@ -918,16 +919,17 @@ def _bundled(frames: list[bytes]) -> bundle.Member:
         origin=None,
         cwd="/w",
         project_dir=project_dir_name("/w"),
+        session_dir="s1",
         generation=4,
         created_at=1,
         is_seeded=False,
         delegation_depth=0,
         events=2,
         cut=0,
-        member=bundle.member_name(project_dir_name("/w"), "s1"),
-        size=len(data),
-        sha256=bundle.digest_of(data),
         lock_held=False,
+        file=BundleFile(
+            bundle.member_name(project_dir_name("/w"), "s1"), len(data), bundle.digest_of(data)
+        ),
     )
     return bundle.Member(entry, data)
 

@@ -120,7 +120,7 @@ def _render(out: Out, result: ExportResult) -> None:
         None,
         ["role", "id", "parent", "events", "bytes", "sha256"],
         [
-            (s.role, s.id, s.parent_session, s.events, s.size, s.sha256[:16])
+            (s.role, s.id, s.parent_session, s.events, s.file.size, s.file.sha256[:16])
             for s in manifest.sessions
         ],
     )
