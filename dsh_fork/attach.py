@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-import msgspec
 from msgspec import Struct, field
 
 from . import documents as docs
@@ -35,61 +33,35 @@ from .sessionentry import SessionEntry
 TURN_START = "turn/start"
 
 
-class AttachItem(Documented, Struct):
-    """One session attach placed, or would place, or could not."""
-
-    session: str
-    cwd: str | None
-    join: joining.WorkspaceJoin
-    was: str | None = None
-    """The title of the workspace that listed it before (a moved session), else None."""
-
-    def to_document(self) -> docs.PlacedSession:
-        joined = msgspec.structs.asdict(self.join.to_document())
-        return docs.PlacedSession(**joined, cwd=self.cwd, was=self.was)
+AttachItem = docs.PlacedSession
+"""One session attach placed, or would place, or could not: its join (``joining.placed``),
+its cwd, and the title of the workspace that listed it before (a moved session), else None."""
 
 
 class AttachResult(Documented, Struct):
-    root: Path
-    file: Path
-    """The registry file (the root's home's)."""
-    state: registry.State
-    dry_run: bool
-    items: list[AttachItem]
-    reason: str | None = None
-    """Why the registry may not be edited (its state is not ``ready``), else None."""
-    members: int = 0
-    """Visible sessions already members of their workspace (``--all``): left as they are."""
-    unreadable: list[dict[str, str]] = field(default_factory=list)
+    """The attach document, built as the root is read and the batch is placed, and the
+    warnings beside it."""
+
+    document: docs.AttachDocument
     warnings: list[str] = field(default_factory=list)
 
     def count(self, *statuses: str) -> int:
-        return sum(1 for item in self.items if item.join.status in statuses)
+        return sum(1 for item in self.document.sessions if item.status in statuses)
+
+    def to_document(self) -> docs.AttachDocument:
+        return self.document
 
     def partial(self) -> Partial | None:
         """PARTIAL when the registry could not be edited: the sessions it should have placed
         are named."""
         failed = [
-            {"id": i.session, "code": "REGISTRY_REFUSED", "message": str(i.join.reason)}
-            for i in self.items
-            if i.join.status == "refused"
+            {"id": i.session, "code": "REGISTRY_REFUSED", "message": str(i.reason)}
+            for i in self.document.sessions
+            if i.status == "refused"
         ]
         if not failed:
             return None
         return Partial(f"{len(failed)} sessions were not attached", failed, self)
-
-    def to_document(self) -> docs.AttachDocument:
-        return docs.AttachDocument(
-            schema_version=SCHEMA_VERSION,
-            root=str(self.root),
-            registry=str(self.file),
-            registry_state=self.state,
-            registry_reason=self.reason,
-            dry_run=self.dry_run,
-            sessions=[item.to_document() for item in self.items],
-            members=self.members,
-            unreadable=msgspec.convert(self.unreadable, list[docs.UnreadableSession]),
-        )
 
 
 def attach_arg(
@@ -120,51 +92,58 @@ def attach(
     """The named sessions, each into the workspace of its cwd."""
     reg = registry.load(registry.home_of(root.path))
     unique = list({h.id: h for h in headers}.values())
-    return _place(root.path, reg, unique, dry_run, clock, AttachResult(**_empty(root, reg)))
+    return _place(root.path, reg, unique, dry_run, clock, _empty(root, reg))
 
 
 def attach_all(root: Root, *, dry_run: bool, clock: ClockMs = now_ms) -> AttachResult:
     """Every visible session of the root that a workspace's path matches and that is not its
     member yet (Ungrouped, or listed under a workspace that is no longer its cwd's)."""
     reg = registry.load(registry.home_of(root.path))
-    result = AttachResult(**_empty(root, reg))
+    result = _empty(root, reg)
+    doc = result.document
     if not reg.present:
         return _place(root.path, reg, [], dry_run, clock, result)
     chosen: list[Header] = []
     for entry in root.entries():
         header = entry.header
         if header is None:
-            result.unreadable.append(_unreadable(entry, entry.error))
+            doc.unreadable.append(_unreadable(entry, entry.error))
             continue
         if header.origin == "subagent" or reg.archived(header.id):
             continue
         if reg.is_member(header.id, header.cwd):
-            result.members += 1
+            doc.members += 1
             continue
         if registry.cwd_target(reg, header.cwd).record is None:
             if reg.listing(header.id) is None and _started(entry, result):
-                result.items.append(_ungrouped(reg, header))
+                doc.sessions.append(_ungrouped(reg, header))
             continue
         if _started(entry, result):
             chosen.append(header)
-    result.unreadable += [_unreadable(entry, entry.error) for entry in root.unlisted()]
-    if result.unreadable:
+    doc.unreadable += [_unreadable(entry, entry.error) for entry in root.unlisted()]
+    if doc.unreadable:
         result.warnings.append(
-            f"{len(result.unreadable)} sessions could not be read, so not attached (named in "
+            f"{len(doc.unreadable)} sessions could not be read, so not attached (named in "
             "the result; `dsh-fork doctor` says more)"
         )
     return _place(root.path, reg, chosen, dry_run, clock, result)
 
 
-def _empty(root: Root, reg: registry.Registry) -> dict[str, Any]:
-    return {
-        "root": root.path,
-        "file": reg.path,
-        "state": reg.state,
-        "reason": None if reg.ready else reg.reason,
-        "dry_run": False,
-        "items": [],
-    }
+def _empty(root: Root, reg: registry.Registry) -> AttachResult:
+    """Nothing placed yet: the registry's state, and why it may not be edited (unless
+    ready)."""
+    document = docs.AttachDocument(
+        schema_version=SCHEMA_VERSION,
+        root=str(root.path),
+        registry=str(reg.path),
+        registry_state=reg.state,
+        registry_reason=None if reg.ready else reg.reason,
+        dry_run=False,
+        sessions=[],
+        members=0,
+        unreadable=[],
+    )
+    return AttachResult(document)
 
 
 def _place(
@@ -178,12 +157,12 @@ def _place(
     """One edit for the batch; each session's previous workspace named when it moves."""
     requests = [joining.Request(h.id, h.cwd, subagent=h.origin == "subagent") for h in headers]
     joined = joining.join(root, requests, dry_run=dry_run, clock=clock)
-    result.dry_run = dry_run
+    result.document.dry_run = dry_run
     placed = [
-        AttachItem(h.id, h.cwd, join, _was(reg, h.id, join))
+        joining.placed(join, h.cwd, _was(reg, h.id, join))
         for h, join in zip(headers, joined.joins, strict=True)
     ]
-    result.items = placed + result.items
+    result.document.sessions[:0] = placed
     result.warnings += joined.warnings
     return result
 
@@ -195,8 +174,8 @@ def _was(reg: registry.Registry, session: str, join: joining.WorkspaceJoin) -> s
 
 def _ungrouped(reg: registry.Registry, header: Header) -> AttachItem:
     target = registry.cwd_target(reg, header.cwd)
-    join = joining.WorkspaceJoin(header.id, "none", reason=target.reason)
-    return AttachItem(header.id, header.cwd, join)
+    join = joining.unjoined(header.id, "none", target.reason)
+    return joining.placed(join, header.cwd, None)
 
 
 def has_turn(generation: Generation) -> bool:
@@ -213,15 +192,15 @@ def _started(entry: SessionEntry, result: AttachResult) -> bool:
     try:
         return has_turn(generation)
     except (DshForkError, OSError) as exc:
-        result.unreadable.append(_unreadable(entry, exc))
+        result.document.unreadable.append(_unreadable(entry, exc))
         return False
 
 
-def _unreadable(entry: SessionEntry, error: BaseException | None) -> dict[str, str]:
+def _unreadable(entry: SessionEntry, error: BaseException | None) -> docs.UnreadableSession:
     if isinstance(error, DshForkError):
         code, message = error.code, error.message
     elif isinstance(error, OSError):
         code, message = "IO_ERROR", error.strerror or str(error)
     else:
         code, message = "CORRUPT_LOG", "its header cannot be read"
-    return {"path": entry.dir_text, "code": code, "message": message}
+    return docs.UnreadableSession(entry.dir_text, code, message)

@@ -155,7 +155,7 @@ class ForkResult(Documented, Struct):
             schema_version=SCHEMA_VERSION,
             child=child,
             agents=None if self.agents is None else self.agents.to_summary(),
-            workspace=None if self.workspace is None else self.workspace.to_document(),
+            workspace=self.workspace,
             dry_run=self.dry_run,
             frames_copied=self.frames_copied,
             frames_reencoded=self.frames_reencoded,

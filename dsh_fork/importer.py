@@ -41,7 +41,7 @@ from msgspec import Struct, field
 from . import appending, bundle, durable, seeded, tarstream, writer
 from . import documents as docs
 from . import frames as zframes
-from .bundle import BundleSession, CheckedLog, Manifest, Member, Role
+from .bundle import BundleSession, CheckedLog, Manifest, Member
 from .catalog import fact_from_descriptor
 from .discovery import Root
 from .errors import CorruptLog, DshForkError, IoError, Partial, SessionAlreadyExists, UsageError
@@ -61,7 +61,7 @@ from .tarstream import Compression, Source
 from .workspace import rebase_cwd
 
 if TYPE_CHECKING:
-    from .joining import WorkspaceJoin
+    pass
 
 Status = Literal["planned", "created", "present", "skipped"]
 _ID_NAMESPACE = uuid.UUID("6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f")
@@ -69,76 +69,36 @@ _APPEND_TYPES = frozenset(("session/end-seed", "subagent/catalog"))
 TEMP_SUFFIX = ".dsh-fork.tmp"
 
 
-class ImportItem(Documented, Struct):
-    """One session of the bundle and what the import does with it."""
-
-    source: str
-    id: str
-    role: Role
-    parent_session: str | None
-    cwd: str | None
-    path: Path
-    status: Status
-    reason: str | None = None
-    catalogued: list[str] = field(default_factory=list)
-    """New children this session catalogued in its own range (``new_ids`` only)."""
-    workspace: WorkspaceJoin | None = None
-    """The workspace it joined, or why none; None when it was not imported."""
-
-    def to_document(self) -> docs.ImportedSession:
-        return docs.ImportedSession(
-            source=self.source,
-            id=self.id,
-            role=self.role,
-            parent_session=self.parent_session,
-            cwd=self.cwd,
-            path=str(self.path),
-            status=self.status,
-            reason=self.reason,
-            catalogued=self.catalogued,
-            workspace=None if self.workspace is None else self.workspace.to_document(),
-        )
+ImportItem = docs.ImportedSession
+"""One session of the bundle and what the import does with it: the document's entry itself,
+planned in ``_plan`` and updated as the import goes (``status``, ``catalogued``: the new
+children it catalogued in its own range with ``new_ids``; ``workspace``: the workspace it
+joined, or why none, None when it was not imported)."""
 
 
 class ImportResult(Documented, Struct):
-    archive: Path
-    root: Path
-    top: str
-    new_ids: bool
-    cwd: str | None
-    dry_run: bool
-    items: list[ImportItem]
-    total_bytes: int
+    """The import's document, built as it is planned, and the warnings beside it."""
+
+    document: docs.ImportDocument
     warnings: list[str] = field(default_factory=list)
 
     def count(self, status: Status) -> int:
-        return sum(1 for item in self.items if item.status == status)
+        return sum(1 for item in self.document.sessions if item.status == status)
 
     def to_document(self) -> docs.ImportDocument:
-        return docs.ImportDocument(
-            schema_version=SCHEMA_VERSION,
-            archive=str(self.archive),
-            root=str(self.root),
-            top=self.top,
-            new_ids=self.new_ids,
-            cwd=self.cwd,
-            dry_run=self.dry_run,
-            bytes=self.total_bytes,
-            sessions=[item.to_document() for item in self.items],
-        )
+        return self.document
 
     def partial(self) -> Partial | None:
         """PARTIAL when a subagent had to be left out (``new_ids``: no catalog fact for it)."""
+        items = self.document.sessions
         failed = [
             {"id": i.source, "code": "UNCATALOGABLE", "message": f"{i.source}: {i.reason}"}
-            for i in self.items
+            for i in items
             if i.status == "skipped"
         ]
         if not failed:
             return None
-        return Partial(
-            f"{len(failed)} of {len(self.items)} sessions were not imported", failed, self
-        )
+        return Partial(f"{len(failed)} of {len(items)} sessions were not imported", failed, self)
 
 
 class _Checked(Struct):
@@ -290,14 +250,14 @@ def _join_workspaces(
     from . import joining
 
     origins = {s.id: s.origin for s in manifest.sessions}
-    items = [i for i in result.items if i.status != "skipped"]
+    items = [i for i in result.document.sessions if i.status != "skipped"]
     requests = [
         joining.Request(i.id, i.cwd, subagent=origins.get(i.source) == "subagent") for i in items
     ]
     if not enabled:
         joined = joining.skipped(requests)
     else:
-        joined = joining.join(root.path, requests, dry_run=result.dry_run, clock=clock)
+        joined = joining.join(root.path, requests, dry_run=result.document.dry_run, clock=clock)
     for item, join in zip(items, joined.joins, strict=True):
         item.workspace = join
     result.warnings += joined.warnings
@@ -392,8 +352,11 @@ def _plan(
             role=session.role,
             parent_session=parent,
             cwd=new_cwd,
-            path=root.path / project_dir_name(new_cwd) / encode_segment(new_id) / CURRENT_NAME,
+            path=str(root.path / project_dir_name(new_cwd) / encode_segment(new_id) / CURRENT_NAME),
             status="planned",
+            reason=None,
+            catalogued=[],
+            workspace=None,
         )
         reason = checked[session.id].fact_reason if new_ids else None
         if session.parent_session in skipped:
@@ -402,32 +365,47 @@ def _plan(
             item.status, item.reason = "skipped", reason
             skipped.add(session.id)
         items.append(item)
-    result = ImportResult(
-        archive, root.path, ids[manifest.top], new_ids, cwd, dry_run, items, manifest.total_bytes
+    document = docs.ImportDocument(
+        schema_version=SCHEMA_VERSION,
+        archive=str(archive),
+        root=str(root.path),
+        top=ids[manifest.top],
+        new_ids=new_ids,
+        cwd=cwd,
+        dry_run=dry_run,
+        bytes=manifest.total_bytes,
+        sessions=items,
     )
+    result = ImportResult(document)
     _check_conflicts(root, result, checked)
     return result
 
 
 def _check_conflicts(root: Root, result: ImportResult, checked: dict[str, _Checked]) -> None:
     """Existing ids: an earlier run's own output is ``present``; anything else is refused."""
-    for item in result.items:
+    for item in result.document.sessions:
         if item.status == "skipped":
             continue
         dirs = root.dirs_of(item.id)
         if not dirs:
             continue
-        if dirs == [item.path.parent] and _is_ours(item, checked[item.source], result.new_ids):
+        if dirs == [Path(item.path).parent] and _is_ours(
+            item, checked[item.source], result.document.new_ids
+        ):
             item.status = "present"
             continue
         raise SessionAlreadyExists(
             f"a session {item.id!r} already exists in {dirs[0].parent.name}; nothing was "
-            + ("imported" if result.new_ids else "imported (use --new-ids for a second copy)"),
+            + (
+                "imported"
+                if result.document.new_ids
+                else "imported (use --new-ids for a second copy)"
+            ),
             session=item.id,
             path=str(dirs[0]),
         )
-    wanted = [i for i in result.items if i.status != "skipped"]
-    if not result.new_ids and wanted and all(i.status == "present" for i in wanted):
+    wanted = [i for i in result.document.sessions if i.status != "skipped"]
+    if not result.document.new_ids and wanted and all(i.status == "present" for i in wanted):
         raise SessionAlreadyExists(
             f"every session of the bundle ({len(wanted)}) already exists in {root.path}, byte "
             f"for byte (e.g. {wanted[0].id!r}); nothing was imported (use --new-ids for a "
@@ -438,12 +416,12 @@ def _check_conflicts(root: Root, result: ImportResult, checked: dict[str, _Check
 
 
 def _is_ours(item: ImportItem, checked: _Checked, new_ids: bool) -> bool:
-    generation = select(list_generations(item.path.parent))
-    if generation is None or generation.path != item.path:
+    generation = select(list_generations(Path(item.path).parent))
+    if generation is None or generation.path != Path(item.path):
         return False
     try:
         if not new_ids:
-            return _file_digest(item.path) == checked.expected_sha
+            return _file_digest(Path(item.path)) == checked.expected_sha
         header = read_header(generation)
     except (DshForkError, OSError):
         return False
@@ -468,21 +446,23 @@ def _publish_all(
     clock: ClockMs,
     spool: bundle.Spool,
 ) -> None:
-    items = {item.source: item for item in result.items}
+    items = {item.source: item for item in result.document.sessions}
     depths: dict[str, int] = {}
     progress = root.progress or SILENT
-    progress.stage("sessions imported", sum(1 for i in result.items if i.status == "planned"))
+    progress.stage(
+        "sessions imported", sum(1 for i in result.document.sessions if i.status == "planned")
+    )
     for member in bundle.members(source, manifest, compression, spool):
         item = items[member.session.id]
         check = checked[member.session.id]
-        if result.new_ids:
+        if result.document.new_ids:
             parent = member.session.parent_session
             depths[item.id] = 0
             if item.role == "subagent" and parent is not None:
                 depths[item.id] = depths.get(items[parent].id, 0) + 1
         if item.status != "planned":
             continue
-        if result.new_ids:
+        if result.document.new_ids:
             write_seeded_copy(root, item, member, check, depths[item.id], clock)
         else:
             _write_same_id(root, item, member, check)
@@ -607,7 +587,7 @@ def _draft(
     """The item's session dir (made) and what to publish in it: a publish that fails takes
     away the dirs it made (``writer.publish_draft``)."""
     dirs, fresh = durable.open_session_dir(
-        root.path, item.path.parent.parent.name, item.path.parent.name
+        root.path, Path(item.path).parent.parent.name, Path(item.path).parent.name
     )
     return writer.Draft(
         dirs.path, header_line, body, header_frame=header_frame, dirs=dirs, fresh=fresh
@@ -622,19 +602,19 @@ def _catalogue(
 ) -> None:
     """Each parent's facts for its new subagent children, in its own range, under its lock;
     a fact already there (an earlier run) is not appended again."""
-    by_source = {item.source: item for item in result.items}
+    by_source = {item.source: item for item in result.document.sessions}
     children: dict[str, list[ImportItem]] = {}
-    for item in result.items:
+    for item in result.document.sessions:
         session = checked[item.source].session
         if item.role == "subagent" and item.status != "skipped" and session.parent_session:
             children.setdefault(by_source[session.parent_session].id, []).append(item)
-    for parent in result.items:
+    for parent in result.document.sessions:
         kids = children.get(parent.id)
         if not kids or parent.status == "skipped":
             continue
         facts = []
         for kid in kids:
-            created_at = read_header(_generation(kid.path)).created_at
+            created_at = read_header(_generation(Path(kid.path))).created_at
             plan = fact_from_descriptor(checked[kid.source].descriptor, kid.id, created_at)
             if plan.data is not None:
                 facts.append(plan.data)
@@ -648,7 +628,7 @@ def _catalogue(
             new = [f for f in facts if f["childId"] not in present]
             return [("subagent/catalog", now, f) for f in new]
 
-        appending.append(parent.path.parent, build, collect=_APPEND_TYPES)
+        appending.append(Path(parent.path).parent, build, collect=_APPEND_TYPES)
         parent.catalogued = sorted(k.id for k in kids)
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from msgspec import Struct
 
+from . import forkdocs as docs
 from . import registry
 from .discovery import Root
 from .errors import DshForkError
@@ -27,10 +28,9 @@ from .ids import ClockMs, now_ms
 from .locking import probe
 from .reader import current_generation, read_header
 from .records import Header
-from .results import Documented
 
 if TYPE_CHECKING:
-    from . import forkdocs as docs
+    from . import documents
 
 JoinStatus = Literal["joined", "would-join", "already", "none", "skipped", "refused"]
 """joined: written; would-join: a dry run's plan; already: listed there before; none: no
@@ -47,41 +47,45 @@ FIRST = " (DSH sorts sessions into workspaces on its first start)"
 SUBAGENT = "a subagent session never joins a workspace (DSH never attaches one)"
 
 
-class WorkspaceJoin(Documented, Struct):
-    """Which workspace one session joined (or would join), or why none."""
+WorkspaceJoin = docs.WorkspaceJoin
+"""Which workspace one session joined (or would join), or why none: the document's object
+itself, made once in ``_outcome``."""
 
-    session: str | None
-    status: JoinStatus
-    workspace: str | None = None
-    title: str | None = None
-    path: str | None = None
-    reason: str | None = None
-    archived: bool = False
 
-    def to_document(self) -> docs.WorkspaceJoin:
-        from . import forkdocs as docs
+def unjoined(session: str | None, status: JoinStatus, reason: str | None) -> WorkspaceJoin:
+    """No workspace joined, and why."""
+    return WorkspaceJoin(session, status, None, None, None, reason, False)
 
-        return docs.WorkspaceJoin(
-            session=self.session,
-            status=self.status,
-            workspace=self.workspace,
-            title=self.title,
-            path=self.path,
-            reason=self.reason,
-            archived=self.archived,
-        )
 
-    def text(self) -> str:
-        """The human line: ``joined "proj" (/srv/proj)`` or ``none: <why>``."""
-        where = f"{self.title!r} ({self.path})"
-        archived = "; archived, so DSH hides it until it is unarchived" if self.archived else ""
-        if self.status == "joined":
-            return f"joined {where}{archived}"
-        if self.status == "would-join":
-            return f"would join {where}{archived}"
-        if self.status == "already":
-            return f"already in {where}{archived}"
-        return f"{self.status}: {self.reason}"
+def placed(join: WorkspaceJoin, cwd: str | None, was: str | None) -> documents.PlacedSession:
+    """An attached session's entry: its join, with its cwd and the title of the workspace
+    that listed it before (a moved session), else None."""
+    from . import documents
+
+    return documents.PlacedSession(
+        session=join.session,
+        status=join.status,
+        workspace=join.workspace,
+        title=join.title,
+        path=join.path,
+        reason=join.reason,
+        archived=join.archived,
+        cwd=cwd,
+        was=was,
+    )
+
+
+def text(join: WorkspaceJoin) -> str:
+    """The human line: ``joined "proj" (/srv/proj)`` or ``none: <why>``."""
+    where = f"{join.title!r} ({join.path})"
+    archived = "; archived, so DSH hides it until it is unarchived" if join.archived else ""
+    if join.status == "joined":
+        return f"joined {where}{archived}"
+    if join.status == "would-join":
+        return f"would join {where}{archived}"
+    if join.status == "already":
+        return f"already in {where}{archived}"
+    return f"{join.status}: {join.reason}"
 
 
 class Request(Struct, frozen=True):
@@ -101,7 +105,7 @@ class Joined(Struct, frozen=True):
 
 def skipped(requests: Sequence[Request], reason: str = NO_WORKSPACE) -> Joined:
     """Nothing looked up (``--no-workspace``)."""
-    return Joined([WorkspaceJoin(r.session, "skipped", reason=reason) for r in requests], [])
+    return Joined([unjoined(r.session, "skipped", reason) for r in requests], [])
 
 
 def target(reg: registry.Registry, request: Request) -> registry.Target:
@@ -162,20 +166,16 @@ def _outcome(
 ) -> WorkspaceJoin:
     session = request.session
     if request.subagent:
-        return WorkspaceJoin(session, "skipped", reason=SUBAGENT)
+        return unjoined(session, "skipped", SUBAGENT)
     if reg.state == "missing":
-        return WorkspaceJoin(
-            session, "skipped", reason=f"no workspace registry at {reg.path}{FIRST}"
-        )
+        return unjoined(session, "skipped", f"no workspace registry at {reg.path}{FIRST}")
     if reg.state == "uninitialised":
         reason = f"the workspace registry {reg.path} is not initialised{FIRST}"
-        return WorkspaceJoin(session, "skipped", reason=reason)
+        return unjoined(session, "skipped", reason)
     if reg.state == "refused" or found is None:
-        return WorkspaceJoin(
-            session, "refused", reason=f"workspace registry {reg.path}: {reg.reason}"
-        )
+        return unjoined(session, "refused", f"workspace registry {reg.path}: {reg.reason}")
     if found.record is None:
-        return WorkspaceJoin(session, "none", reason=found.reason)
+        return unjoined(session, "none", found.reason)
     record = found.record
     status: JoinStatus
     if session is not None and reg.listing(session) == record:
@@ -185,7 +185,7 @@ def _outcome(
     elif written:
         status = "joined"
     else:
-        return WorkspaceJoin(session, "refused", reason=failure or "nothing was written")
+        return unjoined(session, "refused", failure or "nothing was written")
     archived = session is not None and reg.archived(session)
     return WorkspaceJoin(session, status, record.id, record.title, record.path, None, archived)
 

@@ -246,12 +246,12 @@ def test_a_new_id_copy_inherits_the_log_byte_for_byte(tmp_path: Path) -> None:
 
     result = import_(home_b, archive, "--new-ids")
 
-    top_item, child_item = result.items
+    top_item, child_item = result.document.sessions
     project = root / "--fixture-project-0--"
     original_top = log_lines(project / top / CURRENT_NAME)
-    copy_top = log_lines(top_item.path)
+    copy_top = log_lines(Path(top_item.path))
     assert copy_top[1 : len(original_top)] == original_top[1:]
-    header = log_header(top_item.path)
+    header = log_header(Path(top_item.path))
     assert header == {
         "type": "session",
         "version": 4,
@@ -262,7 +262,7 @@ def test_a_new_id_copy_inherits_the_log_byte_for_byte(tmp_path: Path) -> None:
         "isSeeded": True,
         "delegationDepth": 0,
     }
-    own = log_events(top_item.path)[len(original_top) - 1 :]
+    own = log_events(Path(top_item.path))[len(original_top) - 1 :]
     assert [e["type"] for e in own] == ["session/end-seed", "subagent/catalog"]
     assert own[0]["data"] == {"inherited": True}
     assert own[1]["data"] == {
@@ -273,12 +273,12 @@ def test_a_new_id_copy_inherits_the_log_byte_for_byte(tmp_path: Path) -> None:
         "label": "agent 1",
     }
     original_child = log_lines(project / child_item.source / CURRENT_NAME)
-    copy_child = log_lines(child_item.path)
+    copy_child = log_lines(Path(child_item.path))
     assert copy_child[1 : len(original_child)] == original_child[1:]
-    assert log_header(child_item.path)["parentSession"] == top_item.id
-    assert log_header(child_item.path)["origin"] == "subagent"
-    assert log_header(child_item.path)["delegationDepth"] == 1
-    child_own = log_events(child_item.path)[len(original_child) - 1 :]
+    assert log_header(Path(child_item.path))["parentSession"] == top_item.id
+    assert log_header(Path(child_item.path))["origin"] == "subagent"
+    assert log_header(Path(child_item.path))["delegationDepth"] == 1
+    child_own = log_events(Path(child_item.path))[len(original_child) - 1 :]
     assert [e["type"] for e in child_own] == ["session/end-seed", "subagent/descriptor"]
     doctor_ok(home_b)
 
@@ -292,7 +292,7 @@ def test_a_rerun_of_a_finished_new_id_import_changes_nothing(tmp_path: Path) -> 
 
     again = import_(home_b, archive, "--new-ids")
 
-    assert {item.status for item in again.items} == {"present"}
+    assert {item.status for item in again.document.sessions} == {"present"}
     assert tree_digest(home_b) == before
 
 
@@ -709,8 +709,8 @@ def test_a_record_continued_in_the_next_frame_is_read_as_dsh_reads_it(tmp_path: 
 
     result = import_(home_b, archive)
 
-    assert result.items[0].status == "created"
-    assert result.items[0].path.read_bytes() == data
+    assert result.document.sessions[0].status == "created"
+    assert Path(result.document.sessions[0].path).read_bytes() == data
 
 
 def test_a_decompression_bomb_is_refused_before_it_is_read(tmp_path: Path) -> None:

@@ -215,7 +215,7 @@ def test_a_dry_run_from_a_pipe_writes_nothing_in_a_root_it_cannot_write(
                 result = import_bundle("-", str(target), ImportOptions(dry_run=True, new_ids=True))
             except DshForkError as exc:
                 return exc.code
-            return [item.status for item in result.items]
+            return [item.status for item in result.document.sessions]
 
         assert as_user(NOBODY, dry_run) == ["planned"] * 7
         assert tree_digest(target) == before

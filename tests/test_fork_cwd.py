@@ -213,10 +213,10 @@ def test_import_cwd_with_new_ids_into_the_same_root(tmp_path: Path, clock: Clock
 
     result = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd=MOVED))
 
-    top, inside, outside = result.items
-    assert top.path.parent.parent.name == MOVED_DIR
-    assert inside.path.parent.parent.name == project_dir_name(f"{MOVED}/sub")
-    assert outside.path.parent.parent.name == project_dir_name("/tmp/scratch")
+    top, inside, outside = result.document.sessions
+    assert Path(top.path).parent.parent.name == MOVED_DIR
+    assert Path(inside.path).parent.parent.name == project_dir_name(f"{MOVED}/sub")
+    assert Path(outside.path).parent.parent.name == project_dir_name("/tmp/scratch")
     rows = agents(root, top.id)["children"]
     assert sorted((r["id"], r["inPanel"]) for r in rows) == sorted(
         [(inside.id, True), (outside.id, True)]
@@ -235,8 +235,10 @@ def test_another_cwd_gives_another_family(tmp_path: Path, clock: Clock) -> None:
     first = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd="/one"))
     second = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd="/two"))
 
-    assert {i.id for i in first.items}.isdisjoint({i.id for i in second.items})
-    assert {i.status for i in second.items} == {"created"}
+    assert {i.id for i in first.document.sessions}.isdisjoint(
+        {i.id for i in second.document.sessions}
+    )
+    assert {i.status for i in second.document.sessions} == {"created"}
     doctor_ok(root)
 
 
@@ -290,7 +292,7 @@ def test_tree_finds_an_imported_family_under_new_ids(tmp_path: Path, clock: Cloc
     archive = tmp_path / "f.tar"
     assert run_cli("--root", root, "export", "top", "-o", archive).exit_code == 0
     result = import_bundle(str(archive), str(root), ImportOptions(new_ids=True, cwd=MOVED))
-    top = result.items[0]
+    top = result.document.sessions[0]
 
     nodes = tree_nodes(root, top.id)
 
@@ -298,7 +300,7 @@ def test_tree_finds_an_imported_family_under_new_ids(tmp_path: Path, clock: Cloc
     assert node["kind"] == "fork"
     assert node["flags"] == []
     kids = {nodes[path]["id"] for path in node["children"]}
-    assert kids == {item.id for item in result.items[1:]}
+    assert kids == {item.id for item in result.document.sessions[1:]}
 
 
 def test_fork_turn_takes_cwd_and_drop_inherited_inbox(root: Path) -> None:

@@ -55,32 +55,31 @@ def attach_command(
 
 
 def _render(out: Out, result: AttachResult) -> None:
+    doc = result.document
     placed = result.count("joined", "would-join")
     noun = "session" if placed == 1 else "sessions"
-    if placed == 0 and result.state == "ready":
-        out.line(f"Nothing to attach in {result.file}")
+    if placed == 0 and doc.registry_state == "ready":
+        out.line(f"Nothing to attach in {doc.registry}")
     else:
-        verb = "Dry run: would attach" if result.dry_run else "Attached"
-        out.line(f"{verb} {placed} {noun} to their workspaces in {result.file}")
-    if result.state != "ready":
-        out.line(f"  the registry is {result.state}: {result.reason}")
-    if result.members:
-        many = result.members != 1
+        verb = "Dry run: would attach" if doc.dry_run else "Attached"
+        out.line(f"{verb} {placed} {noun} to their workspaces in {doc.registry}")
+    if doc.registry_state != "ready":
+        out.line(f"  the registry is {doc.registry_state}: {doc.registry_reason}")
+    if doc.members:
+        many = doc.members != 1
         are = "sessions are" if many else "session is"
-        out.line(
-            f"  {result.members} visible {are} already in {'their' if many else 'its'} workspace"
-        )
-    if result.items:
-        why = any(i.join.reason for i in result.items)
+        out.line(f"  {doc.members} visible {are} already in {'their' if many else 'its'} workspace")
+    if doc.sessions:
+        why = any(i.reason for i in doc.sessions)
         out.table(
             None,
             ["status", "id", "workspace", "was", *(["why"] if why else [])],
             [
-                (i.join.status, i.session, i.join.title, i.was, *([i.join.reason] if why else []))
-                for i in result.items
+                (i.status, i.session, i.title, i.was, *([i.reason] if why else []))
+                for i in doc.sessions
             ],
         )
-    for item in result.unreadable:
-        out.line(f"  unreadable: {item['path']} ({item['code']}): {item['message']}")
-    if result.dry_run:
+    for item in doc.unreadable:
+        out.line(f"  unreadable: {item.path} ({item.code}): {item.message}")
+    if doc.dry_run:
         out.line("Nothing was written.")

@@ -157,7 +157,9 @@ def _render(out: Out, result: ForkResult) -> None:
             copy = f" as {item['copy']}" if item.get("copy") else ""
             rows.append(("", f"{verb} {item.get('source')}{copy} (depth {item.get('depth')})"))
     if result.workspace is not None:
-        rows.append(("workspace", result.workspace.text()))
+        from .. import joining
+
+        rows.append(("workspace", joining.text(result.workspace)))
     if out.rich:
         _rich(out, title, rows)
     else:

@@ -77,13 +77,14 @@ def import_command(
 
 
 def _render(out: Out, result: ImportResult) -> None:
-    ids = " under new ids" if result.new_ids else ""
-    if result.dry_run:
+    doc = result.document
+    ids = " under new ids" if doc.new_ids else ""
+    if doc.dry_run:
         head = f"Dry run: would import {_sessions(result.count('planned'))}"
     else:
         head = f"Imported {_sessions(result.count('created'))}"
-    source = "standard input" if str(result.archive) == "-" else str(result.archive)
-    out.line(f"{head} of {source}{ids} into {result.root}")
+    source = "standard input" if doc.archive == "-" else doc.archive
+    out.line(f"{head} of {source}{ids} into {doc.root}")
     present, skipped = result.count("present"), result.count("skipped")
     if present:
         out.line(f"  {present} already there from an earlier run of this import")
@@ -95,16 +96,18 @@ def _render(out: Out, result: ImportResult) -> None:
         ["status", "role", "id", "from", "parent", "project dir"],
         [
             (i.status, i.role, i.id, _origin(i.source, i.id), i.parent_session, _project(i.path))
-            for i in result.items
+            for i in doc.sessions
         ],
     )
-    for item in result.items:
+    for item in doc.sessions:
         if item.workspace is not None and item.workspace.status != "skipped":
-            out.line(f"  workspace of {item.id}: {item.workspace.text()}")
-    catalogued = sum(len(i.catalogued) for i in result.items)
+            from .. import joining
+
+            out.line(f"  workspace of {item.id}: {joining.text(item.workspace)}")
+    catalogued = sum(len(i.catalogued) for i in doc.sessions)
     if catalogued:
         out.line(f"  catalogued {catalogued} new children in their parents' own range")
-    if result.dry_run:
+    if doc.dry_run:
         out.line("Nothing was written.")
 
 
@@ -116,5 +119,5 @@ def _sessions(count: int) -> str:
     return f"{count} session" if count == 1 else f"{count} sessions"
 
 
-def _project(path: Path) -> str:
-    return path.parent.parent.name
+def _project(path: str) -> str:
+    return Path(path).parent.parent.name
