@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import appending, layout, writer
+from . import layout, writer
 from . import oplog as messages
 from .discovery import Root
 from .errors import (
@@ -35,10 +35,8 @@ from .model import Facts, facts_of
 from .oplog import OpLog
 from .progress import SILENT, Progress
 from .reader import current_generation, open_log, read_header
-from .relinkplan import Opener, _Copy, _Level, _Match, _open, _Opened, _Planner
+from .relinkplan import Opener, _Copy, _Level, _Match, _open, _Opened, _Parent, _Planner
 from .relinkresult import NO_AGENTS_REASON, RelinkAllResult, RelinkSummary
-from .relinkwalk import _Parent, _Walker
-from .resumable import unresumable
 from .sessionarg import locate
 from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
@@ -152,6 +150,34 @@ def _run(
                 "total": total,
             },
         )
+    if summary.failed or not level.is_empty():
+        _walk(root, level, summary, top, log, clock, new_id, total, workspace, progress)
+    if summary.catalogued:
+        log.write(
+            messages.CATALOGUED,
+            {"forkChild": summary.fork_child, "catalogued": len(summary.catalogued)},
+        )
+    log.write(messages.COPIED, summary.to_json())
+
+
+def _walk(
+    root: Root,
+    level: _Level,
+    summary: RelinkSummary,
+    top: _Parent,
+    log: OpLog,
+    clock: ClockMs,
+    new_id: IdFactory,
+    total: int,
+    workspace: Workspace | None,
+    progress: Progress,
+) -> None:
+    """Log the failures found before the walk, walk the plan, read every copy back. Only a
+    plan with something in it comes here: a fork of a session without subagents loads
+    neither the walk nor the read-back, which would write and read nothing."""
+    from .relinkwalk import _Walker
+    from .resumable import unresumable
+
     walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
     walker.workspace = workspace
     walker.progress = progress
@@ -177,12 +203,6 @@ def _run(
                 messages.UNRESUMABLE,
                 {"forkChild": summary.fork_child, "copyId": item["id"], "message": item["message"]},
             )
-    if summary.catalogued:
-        log.write(
-            messages.CATALOGUED,
-            {"forkChild": summary.fork_child, "catalogued": len(summary.catalogued)},
-        )
-    log.write(messages.COPIED, summary.to_json())
 
 
 def _counted(level: _Level) -> tuple[int, int]:
@@ -431,6 +451,8 @@ def _read_fork_child(
                 "repairs it first"
             )
         return log, facts_of(log)
+    from . import appending  # a dry run appends nothing
+
     appended = appending.append(
         fork_child_dir, lambda _log, _facts: [], lock=lock, collect=_APPEND_TYPES
     )

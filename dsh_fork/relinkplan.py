@@ -13,6 +13,7 @@ the half whose rules the spec states: it can be read without any of the writing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -34,7 +35,7 @@ from .forkpoint import (
 )
 from .generations import SUPPORTED_VERSION
 from .kinds import KindRule
-from .locking import running
+from .locking import SessionLock, running
 from .model import Facts, facts_of
 from .provenance import Logged, first_event_key, is_copy_of
 from .reader import open_log
@@ -134,6 +135,15 @@ class _Repair(Struct):
 
 
 _Item = _Fail | _Skip | _Uncat | _Copy | _Match
+
+
+class _Parent(Struct):
+    """The new parent of a level as the walk knows it (no id/dir for a planned copy)."""
+
+    id: str | None
+    session_dir: Path | None
+    lock: SessionLock | None
+    depth: int
 
 
 class _Level(Struct):

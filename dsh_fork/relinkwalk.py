@@ -28,7 +28,7 @@ from .model import Facts
 from .oplog import OpLog
 from .progress import SILENT, Progress
 from .records import dumps_record, held, parse_line
-from .relinkplan import _Copy, _Fail, _Level, _Match, _Opened, _Skip, _Uncat
+from .relinkplan import _Copy, _Fail, _Level, _Match, _Opened, _Parent, _Skip, _Uncat
 from .relinkresult import RelinkSummary
 from .sessionlog import SessionLog
 from .workspace import Workspace, rebase_cwd
@@ -60,15 +60,6 @@ descriptors) until its subtree is done, so a batch is also bounded by ``LOCKS_HE
 
 LOCKS_HELD_MAX = 128
 """Copy locks a walk holds at once before its batches shrink (to one copy at a time)."""
-
-
-class _Parent(Struct):
-    """The new parent of a level as the walk knows it (no id/dir for a planned copy)."""
-
-    id: str | None
-    session_dir: Path | None
-    lock: SessionLock | None
-    depth: int
 
 
 class _Walker:

@@ -138,13 +138,20 @@ def test_the_version_is_the_same_with_or_without_typer(args: list[str], typer_lo
     assert proc.stderr.strip().splitlines()[-1] == loaded
 
 
-FORK_PROBE = probe("' '.join(m for m in ('concurrent.futures', 'pickle') if m in sys.modules)")
+WALK = ("dsh_fork.appending", "dsh_fork.relinkwalk", "dsh_fork.resumable")
+"""relink's walk of a plan, its appends to a parent and its read-back of the copies."""
+FORK_PROBE = probe(
+    f"' '.join(m for m in ('concurrent.futures', 'pickle', *{WALK!r}) if m in sys.modules)"
+)
 
 
-@pytest.mark.parametrize(("agents", "imported"), [(0, ""), (2, "concurrent.futures")])
+@pytest.mark.parametrize(
+    ("agents", "imported"), [(0, ""), (2, "concurrent.futures " + " ".join(WALK))]
+)
 def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imported: str) -> None:
     """A two-turn fork decodes without a second process (no pickling); it syncs its one new
-    session without a thread pool, which only a batch of copies (its subagents) starts."""
+    session without a thread pool, which only a batch of copies (its subagents) starts, and
+    only subagents to copy load relink's walk."""
     root = tmp_path / "sessions"
     summary = generate(root, sessions=1, agents=agents, depth=1, turns=2)
     proc = subprocess.run(
@@ -157,11 +164,12 @@ def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imp
     assert (proc.stderr.strip().splitlines() or [""])[-1] == imported
 
 
-LAZY = ("rich", "hashlib", "secrets", "dsh_fork.documents", "shlex", "unicodedata")
+LAZY = ("rich", "hashlib", "secrets", "dsh_fork.documents", "shlex", "unicodedata", *WALK)
 """What a fork printing JSON has no use for: rich draws only on a terminal, OpenSSL (which
 ``secrets`` loads) is not how temp names are drawn, the documents of the other commands
 (documents.py) are not the fork's (forkdocs.py), ``shlex`` quotes only the rerun a partial
-fork names, and the Unicode tables check only an id that is not printable ASCII."""
+fork names, the Unicode tables check only an id that is not printable ASCII, and a session
+without subagents leaves relink nothing to walk (``WALK``)."""
 LAZY_PROBE = probe(
     "' '.join(sorted(({*sys.modules} | {m.split('.')[0] for m in sys.modules}) & "
     f"{set(LAZY)!r}))"
