@@ -89,37 +89,31 @@ class ForkOptions(Struct, frozen=True):
 
 
 class ForkResult(Documented, Struct):
-    """What a fork wrote (or, with ``dry_run``, would write): semantics §3.2."""
+    """What a fork wrote (or, with ``dry_run``, would write): semantics §3.2. ``child`` is
+    the document's child itself, made once where the fork is planned and completed as it is
+    written (its time and path)."""
 
-    child_id: str | None
-    path: Path | None
-    project_dir: Path
-    parent_session: str
-    boundary: int | None
-    inherited_events: int
-    agent_preset: str | None
-    created_at: int | None
+    child: docs.ForkChild
     frames_copied: int
     frames_reencoded: int
     dry_run: bool
+    cwd: str | None
+    """The child's working dir (the source's, unless ``--cwd``: then also ``child.cwd``)."""
+    source_cwd: str | None
+    closed_turn: ClosedTurn | None
+    """The closers of the turn the boundary lies inside (``--close-turn``), else None;
+    ``child.closed_turn`` is what the document says of them."""
     agents: RelinkSummary | None = None
     warnings: list[str] = field(default_factory=list)
     failure: Partial | None = None
-    cwd: str | None = None
-    source_cwd: str | None = None
-    cwd_moved: bool = False
-    inbox_canceled: dict[str, int] | None = None
-    """Inherited pending items canceled per target (``--drop-inherited-inbox``), else None."""
     workspace: WorkspaceJoin | None = None
     """The workspace the child joined, or why none (dsh-world §1.4)."""
-    title: str | None = None
-    """The title appended to the child (``titles.fork_title``); None: no title event."""
-    source_title: str | None = None
-    """The source's latest title, what DSH's rule increases."""
-    close_turn: bool = False
-    """``--close-turn`` was given: the result then says what it closed (``closedTurn``)."""
-    closed_turn: ClosedTurn | None = None
-    """The closers of the turn the boundary lies inside (``--close-turn``), else None."""
+
+    @property
+    def path(self) -> Path | None:
+        """The child's log (``child.path``), once its id is known."""
+        path = self.child.path
+        return None if path is None else Path(path)
 
     def partial(self) -> Partial | None:
         """PARTIAL (exit 10) when the child was written but part of its subagent tree was
@@ -129,31 +123,9 @@ class ForkResult(Documented, Struct):
     def to_document(self) -> docs.ForkDocument:
         from . import forkdocs as docs
 
-        closed = self.closed_turn
-        child = docs.ForkChild(
-            id=self.child_id,
-            path=None if self.path is None else str(self.path),
-            project_dir=str(self.project_dir),
-            parent_session=self.parent_session,
-            boundary=self.boundary,
-            inherited_events=self.inherited_events,
-            agent_preset=self.agent_preset,
-            created_at=self.created_at,
-            created_at_iso=iso_ms(self.created_at),
-            title=self.title,
-            source_title=self.source_title,
-            # the keys of the options that change the child: only when they were used
-            cwd=self.cwd if self.cwd_moved and self.cwd is not None else UNSET,
-            inbox_canceled=UNSET if self.inbox_canceled is None else self.inbox_canceled,
-            closed_turn=UNSET
-            if not self.close_turn
-            else None
-            if closed is None
-            else closed.to_document(),
-        )
         return docs.ForkDocument(
             schema_version=SCHEMA_VERSION,
-            child=child,
+            child=self.child,
             agents=None if self.agents is None else self.agents.to_summary(),
             workspace=self.workspace,
             dry_run=self.dry_run,
@@ -231,29 +203,42 @@ def fork(
     # The source's latest title of its whole log, not only of the prefix (dsh-world §2).
     source_title = titles.latest_title(log)
     child_title = titles.fork_title(source_title, given=given_title, keep=options.keep_title)
-    result = ForkResult(
-        child_id=child_id,
-        path=None if child_id is None else project_dir / encode_segment(child_id) / CURRENT_NAME,
-        project_dir=project_dir,
+    from . import forkdocs
+
+    child = forkdocs.ForkChild(
+        id=child_id,
+        path=None
+        if child_id is None
+        else str(project_dir / encode_segment(child_id) / CURRENT_NAME),
+        project_dir=str(project_dir),
         parent_session=log.header.id,
         boundary=boundary,
         inherited_events=last + 1,
         agent_preset=seeded.preset(facts, last + 1),
         created_at=None,
+        created_at_iso=None,
+        title=child_title,
+        source_title=source_title,
+        # the keys of the options that change the child: only when they were used
+        cwd=UNSET if options.cwd is None else options.cwd,
+        inbox_canceled=UNSET
+        if cancels is None
+        else {c["target"]: c["removedCount"] for c in cancels},
+        closed_turn=UNSET
+        if not options.close_turn
+        else None
+        if closed is None
+        else closed.to_document(),
+    )
+    result = ForkResult(
+        child=child,
         frames_copied=whole,
         frames_reencoded=1 if cut_frame else 0,
         dry_run=options.dry_run,
-        warnings=list(source.warnings),
         cwd=child_cwd,
         source_cwd=log.header.cwd,
-        cwd_moved=options.cwd is not None,
-        inbox_canceled=None
-        if cancels is None
-        else {c["target"]: c["removedCount"] for c in cancels},
-        title=child_title,
-        source_title=source_title,
-        close_turn=options.close_turn,
         closed_turn=closed,
+        warnings=list(source.warnings),
     )
     if closed is not None and closed.outcome_unknown:
         result.warnings.append(closers.unknown_warning(closed, log.header.id))
@@ -273,7 +258,8 @@ def fork(
         return result
 
     assert child_id is not None
-    result.created_at = clock()
+    child.created_at = created_at = clock()
+    child.created_at_iso = iso_ms(created_at)
     own: list[tuple[str, Any]] = [(inbox.SPLICE_TYPE, data) for data in cancels or []]
     if child_title is not None:  # after the marker and the other own events, before any turn
         own.append((titles.TITLE_TYPE, titles.title_data(child_title)))
@@ -281,7 +267,7 @@ def fork(
         log,
         facts,
         session_id=child_id,
-        created_at=result.created_at,
+        created_at=created_at,
         parent_session=log.header.id,
         origin=None,
         depth=0,
@@ -291,7 +277,7 @@ def fork(
     plan.cwd = child_cwd  # --cwd: the child's workspace; its events stay byte for byte
     plan.closing = [] if closed is None else closed.events
     published = seeded.write(root, plan, log, keep_lock=options.agents)
-    result.path = published.path
+    child.path = str(published.path)
     if not options.agents:  # a fork without its tree on purpose: doctor and relink --all respect it
         OpLog(oplog_path, clock=clock, warn=result.warnings.append).write(
             NO_AGENTS, {"forkChild": child_id, "source": log.header.id}
@@ -354,7 +340,7 @@ def _join_workspace(
     """After publication, the child joins the workspace of its source (or of ``cwd``)."""
     from . import joining
 
-    request = joining.fork_request(root, source, result.child_id, cwd)
+    request = joining.fork_request(root, source, result.child.id, cwd)
     if not enabled:
         joined = joining.skipped([request])
     else:
@@ -462,13 +448,13 @@ def _copy_agents(
     """relink with C = the new child, under the lock its publication took (§3.1 step 9)."""
     from .relink import relink_new_child
 
-    child_id = result.child_id
-    assert child_id is not None and result.path is not None
+    child_id, path = result.child.id, result.child.path
+    assert child_id is not None and path is not None
     try:
         summary = relink_new_child(
             root,
             child_id,
-            result.path.parent,
+            Path(path).parent,
             point,
             lock,
             oplog_path=oplog_path,
@@ -510,11 +496,12 @@ def _set_agents(result: ForkResult, summary: RelinkSummary) -> None:
         if result.dry_run:
             message = f"dry run: the subagent copy would be partial: {partial.message}"
         else:
-            message = f"forked {result.parent_session} into {result.child_id}, but "
+            child = result.child
+            message = f"forked {child.parent_session} into {child.id}, but "
             message += f"the subagent copy is partial: {partial.message}"
-            assert result.child_id is not None
+            assert child.id is not None
             if any(item.get("code") != "UNCATALOGABLE" for item in partial.failed):
-                next_command = relink_command(result.child_id)  # a rerun can finish these
+                next_command = relink_command(child.id)  # a rerun can finish these
         result.failure = Partial(message, partial.failed, result, next_command=next_command)
 
 

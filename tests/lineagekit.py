@@ -66,8 +66,8 @@ def build_family(root: Path, *, relinked: bool, seed: int = 11) -> Family:
             new_id=ids,
             oplog_path=root.parent / "oplog",
         )
-        assert result.boundary is not None
-        cuts[child] = result.boundary
+        assert result.child.boundary is not None
+        cuts[child] = result.child.boundary
 
     fork(top, "fork-a", ends[1])
     fork(top, "fork-b", ends[2])

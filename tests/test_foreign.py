@@ -397,12 +397,12 @@ def test_a_fork_of_each_accepted_v4_session_inherits_what_dsh_sees(
     assert result.path is not None
     child = inspect_dir(result.path.parent)
     assert not errors_of(child)
-    inherited = result.inherited_events
+    inherited = result.child.inherited_events
     if turn_ends and turn_ends[-1] == len(seen) - 1:  # a completed last turn: all of it
         assert inherited == len(seen)
     assert 0 <= inherited <= len(seen)
     assert [e.raw for e in child.log.events()][:inherited] == seen[:inherited]
-    own = 1 if result.title is None else 2  # the marker, and the fork's title when it has one
+    own = 1 if result.child.title is None else 2  # the marker, and the fork's title when it has one
     assert child.facts.cut == inherited and child.log.event_count == inherited + own
 
 

@@ -186,7 +186,7 @@ def test_fork_at_an_earlier_turn_end_copies_the_prefix_only(root: Path, clock: C
         "time": boundary_time,
         "data": {"inherited": True},
     }
-    assert result.inherited_events == 6
+    assert result.child.inherited_events == 6
 
 
 def test_a_source_without_cwd_forks_into_no_cwd(root: Path, clock: Clock) -> None:
@@ -204,7 +204,7 @@ def test_the_generated_child_id_is_used_when_none_is_given(root: Path, clock: Cl
 
     result = lib_fork(root, child_id=None)
 
-    assert result.child_id == "session-generated"
+    assert result.child.id == "session-generated"
     assert log_header(result.path or Path())["id"] == "session-generated"
 
 
@@ -298,7 +298,7 @@ def test_a_source_ending_inside_an_open_turn_is_refused_without_at(
     )
     assert tree_digest(root) == before
     ok = lib_fork(root, at=11)
-    assert ok.inherited_events == 12
+    assert ok.child.inherited_events == 12
 
 
 def test_an_open_first_turn_has_no_boundary_but_an_event_before_it_is_one(
@@ -330,11 +330,11 @@ def test_a_trailing_title_is_a_valid_default_boundary(root: Path, clock: Clock) 
     spec.publish(root)
 
     result = lib_fork(root)
-    assert result.boundary == title_seq
+    assert result.child.boundary == title_seq
     assert log_events(result.path or Path())[title_seq]["type"] == "session/title"
 
     on_title = lib_fork(root, at=title_seq, child_id="child-2")
-    assert on_title.boundary == title_seq
+    assert on_title.child.boundary == title_seq
 
 
 def test_a_fork_child_holding_relink_catalog_facts_forks_again_at_its_end(
@@ -369,7 +369,7 @@ def test_an_empty_source_gives_a_child_holding_only_the_marker(root: Path, clock
     assert log_events(result.path or Path()) == [
         {"type": "session/end-seed", "seq": 0, "time": NOW, "data": {"inherited": True}}
     ]
-    assert (result.boundary, result.inherited_events) == (None, 0)
+    assert (result.child.boundary, result.child.inherited_events) == (None, 0)
     assert error_findings((result.path or Path()).parent) == []
     with pytest.raises(InvalidBoundary, match="boundary 0 does not exist: the source has no"):
         lib_fork(root, at=0, child_id="other")
@@ -381,7 +381,7 @@ def test_an_empty_source_gives_a_child_holding_only_the_marker(root: Path, clock
 def test_fork_of_a_fork_inside_and_after_the_inherited_prefix(root: Path, clock: Clock) -> None:
     three_turns(clock, id="session-top").publish(root)
     first = lib_fork(root, "session-top", at=11, child_id=SRC)
-    assert first.inherited_events == 12
+    assert first.child.inherited_events == 12
 
     inside = lib_fork(root, at=5, child_id="inside")
     inside_events = log_events(inside.path or Path())
@@ -409,11 +409,11 @@ def test_preset_is_the_last_selection_inside_the_prefix_else_the_header(
     spec.turn(clock)
     spec.publish(root)
 
-    assert lib_fork(root, child_id="all").agent_preset == "c"
+    assert lib_fork(root, child_id="all").child.agent_preset == "c"
     assert log_header(log_of(root, "all"))["agentPreset"] == "c"
-    assert lib_fork(root, at=12, child_id="before-c").agent_preset == "b"
+    assert lib_fork(root, at=12, child_id="before-c").child.agent_preset == "b"
     assert log_header(log_of(root, "before-c"))["agentPreset"] == "b"
-    assert lib_fork(root, at=5, child_id="header-only").agent_preset == "a"
+    assert lib_fork(root, at=5, child_id="header-only").child.agent_preset == "a"
 
 
 def test_no_preset_anywhere_leaves_the_key_out(root: Path, clock: Clock) -> None:
@@ -536,7 +536,7 @@ def test_a_child_id_that_cannot_name_a_directory_is_refused(
 
     assert caught.value.message == message
     assert tree_digest(root) == before
-    assert lib_fork(root, child_id="x" * 255).inherited_events == 18
+    assert lib_fork(root, child_id="x" * 255).child.inherited_events == 18
 
 
 def test_an_unknown_source_is_not_found(root: Path, clock: Clock) -> None:
@@ -617,7 +617,7 @@ def test_a_live_source_is_forked_without_touching_its_lock(
 
     result = lib_fork(root)
 
-    assert result.inherited_events == 18
+    assert result.child.inherited_events == 18
     assert probe(source_dir) == "held"
     holder.release()
 

@@ -107,8 +107,8 @@ def errors_of(result: ForkResult) -> list[str]:
 
 
 def tail(result: ForkResult) -> list[dict[str, Any]]:
-    assert result.path is not None and result.boundary is not None
-    return log_events(result.path)[result.boundary + 1 :]
+    assert result.path is not None and result.child.boundary is not None
+    return log_events(result.path)[result.child.boundary + 1 :]
 
 
 # -- every kind of in-turn boundary -------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_a_started_call_is_closed_as_outcome_unknown(root: Path, clock: Clock) -
 
     result = fork(root)
 
-    assert result.boundary == 12  # the tool/call, the source's last event
+    assert result.child.boundary == 12  # the tool/call, the source's last event
     t = time_of(spec, 12)
     assert tail(result) == [
         marker(13, t),
@@ -240,7 +240,7 @@ def test_turn_n_close_turn_forks_at_the_open_turn_s_last_event(root: Path, clock
     by_turn = fork(root, turn=2, child_id="by-turn")
     by_seq = fork(root, at=12, child_id="by-seq")
 
-    assert by_turn.boundary == by_seq.boundary == 12
+    assert by_turn.child.boundary == by_seq.child.boundary == 12
     assert tail(by_turn) == tail(by_seq)
 
 
@@ -347,7 +347,7 @@ def test_a_fork_of_a_closed_child_works_and_closes_nothing_more(root: Path, cloc
 
     again = fork(root, "child", child_id="grandchild", close_turn=False)
 
-    assert again.boundary == 18  # the child's title, after its closers: between turns
+    assert again.child.boundary == 18  # the child's title, after its closers: between turns
     assert again.path is not None and child.path is not None
     assert log_lines(again.path)[1:20] == log_lines(child.path)[1:20]
     assert [e["type"] for e in tail(again)] == ["session/end-seed", "session/title"]

@@ -231,7 +231,7 @@ def test_a_source_stable_on_the_retry_is_forked_as_read(
 
     result = lib_fork(root)
 
-    assert result.boundary == 21
+    assert result.child.boundary == 21
     assert log_lines(result.path or Path())[1:23] == log_lines(source)[1:23]
 
 
@@ -277,7 +277,7 @@ def test_forks_racing_a_live_appender_are_stale_or_consistent(root: Path, clock:
             except SessionStale:
                 outcomes.append(("stale", None))
             else:
-                outcomes.append((f"child-{i}", result.boundary))
+                outcomes.append((f"child-{i}", result.child.boundary))
     finally:
         stop.touch()
         proc.wait(timeout=60)

@@ -51,7 +51,7 @@ FORK_UNDER_LIMIT = textwrap.dedent(
     except MemoryError:
         print("MemoryError", flush=True)
         sys.exit(3)
-    print(result.frames_copied, result.inherited_events, flush=True)
+    print(result.frames_copied, result.child.inherited_events, flush=True)
     """
 )
 

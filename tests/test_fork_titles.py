@@ -57,8 +57,8 @@ def title_event(seq: int, title: str) -> dict[str, Any]:
 
 def child_tail(result: ForkResult) -> list[dict[str, Any]]:
     """The child's events from its end-seed marker on."""
-    assert result.path is not None and result.boundary is not None
-    return log_events(result.path)[result.boundary + 1 :]
+    assert result.path is not None and result.child.boundary is not None
+    return log_events(result.path)[result.child.boundary + 1 :]
 
 
 # -- DSH's increase rule ------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_the_child_gets_the_increased_title_after_its_marker(
         {"type": "session/end-seed", "seq": 13, "time": marker_time, "data": {"inherited": True}},
         title_event(14, child),
     ]
-    assert (result.title, result.source_title) == (child, source)
+    assert (result.child.title, result.child.source_title) == (child, source)
     assert [f for f in validate_dir(result.path.parent) if f.severity == "error"] == []
 
 
@@ -178,7 +178,7 @@ def test_the_latest_title_is_found_frames_before_the_end(root: Path, clock: Cloc
 
     result = fork(root)
 
-    assert result.source_title == "newer"
+    assert result.child.source_title == "newer"
     assert child_tail(result)[1:] == [title_event(15, "newer (1)")]
 
 
@@ -188,7 +188,7 @@ def test_no_title_in_the_source_means_no_title_event(root: Path, clock: Clock) -
     result = fork(root)
 
     assert [e["type"] for e in child_tail(result)] == ["session/end-seed"]
-    assert (result.title, result.source_title) == (None, None)
+    assert (result.child.title, result.child.source_title) == (None, None)
 
 
 def test_an_empty_latest_title_means_no_title_event(root: Path, clock: Clock) -> None:
@@ -197,7 +197,7 @@ def test_an_empty_latest_title_means_no_title_event(root: Path, clock: Clock) ->
     result = fork(root)
 
     assert [e["type"] for e in child_tail(result)] == ["session/end-seed"]
-    assert result.source_title == ""
+    assert result.child.source_title == ""
 
 
 def test_over_long_and_control_character_titles_are_normalised(root: Path, clock: Clock) -> None:
@@ -215,7 +215,7 @@ def test_title_sets_the_child_s_title_normalised(root: Path, clock: Clock) -> No
     result = fork(root, title="  my\tbranch\x1b[0m ")
 
     assert child_tail(result)[1:] == [title_event(14, "my branch")]
-    assert (result.title, result.source_title) == ("my branch", "X")
+    assert (result.child.title, result.child.source_title) == ("my branch", "X")
 
 
 def test_title_names_a_child_of_a_source_without_one(root: Path, clock: Clock) -> None:
@@ -232,7 +232,7 @@ def test_keep_title_adds_no_title_event(root: Path, clock: Clock) -> None:
     result = fork(root, keep_title=True)
 
     assert [e["type"] for e in child_tail(result)] == ["session/end-seed"]
-    assert (result.title, result.source_title) == (None, "X")
+    assert (result.child.title, result.child.source_title) == (None, "X")
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def test_forking_a_titled_child_again_increases_its_title(root: Path, clock: Clo
         clock=lambda: NOW,
     )
 
-    assert again.boundary == 14  # the child's title is between turns: a valid boundary
+    assert again.child.boundary == 14  # the child's title is between turns: a valid boundary
     assert child_tail(again)[1:] == [title_event(16, "X (2)")]
 
 
@@ -280,7 +280,7 @@ def test_two_forks_of_one_source_get_the_same_title_as_in_dsh(root: Path, clock:
         clock=lambda: NOW,
     )
 
-    assert first.title == second.title == "X (1)"
+    assert first.child.title == second.child.title == "X (1)"
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -344,7 +344,7 @@ def test_fork_notes_the_latest_title_in_the_pass_that_reads_the_source(
     monkeypatch.setattr(FramedLog, "last_event", no_title_read_back)
     result = fork(root)
 
-    assert result.source_title == "newer"
+    assert result.child.source_title == "newer"
     assert child_tail(result)[1:] == [title_event(15, "newer (1)")]
 
 

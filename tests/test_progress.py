@@ -178,5 +178,5 @@ def test_a_fork_counts_the_agents_it_copies(home: Path) -> None:
         ForkOptions(child_id="the-fork"),
         progress=told,
     )
-    assert result.child_id == "the-fork"
+    assert result.child.id == "the-fork"
     assert told.seen()[-1] == ("agents copied", 2, 2)

@@ -374,7 +374,7 @@ def test_a_fork_of_an_early_fork_copies_nothing_its_ancestor_spawned_later(root:
     top = generated(root).top_level[0]
     early = fork_session(top, str(root), ForkOptions(at=5, child_id="early"), env={})
     assert early.agents is not None and early.agents.copied == []
-    assert early.title is not None  # the fork's own event, stamped now
+    assert early.child.title is not None  # the fork's own event, stamped now
 
     again = fork_session(
         "early",

@@ -148,7 +148,7 @@ def _fork_under_swaps(root: Path, child_id: str) -> str:
         return exc.code
     except OSError as exc:  # a dir gone in the middle of a lookup: IO_ERROR on the CLI
         return errno.errorcode.get(exc.errno or 0, "OSError")
-    assert result.child_id == child_id
+    assert result.child.id == child_id
     return "ok"
 
 

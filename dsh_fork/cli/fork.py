@@ -127,28 +127,31 @@ def fork_command(
 
 
 def _render(out: Out, result: ForkResult) -> None:
-    at = "an empty source" if result.boundary is None else f"seq {result.boundary}"
+    from msgspec import UNSET
+
+    child = result.child
+    at = "an empty source" if child.boundary is None else f"seq {child.boundary}"
     if result.dry_run:
-        into = result.child_id or "a new session-<uuid4> id"
-        title = f"Dry run: would fork {result.parent_session} at {at} into {into}"
-        path: Any = result.path or f"{result.project_dir}/<new id>/"
+        into = child.id or "a new session-<uuid4> id"
+        title = f"Dry run: would fork {child.parent_session} at {at} into {into}"
+        path: Any = result.path or f"{child.project_dir}/<new id>/"
     else:
-        title = f"Forked {result.parent_session} at {at} into {result.child_id}"
+        title = f"Forked {child.parent_session} at {at} into {child.id}"
         path = result.path
     rows: list[tuple[str, Any]] = [
         ("path", path),
-        ("events copied", f"{result.inherited_events} (+ end-seed marker)"),
+        ("events copied", f"{child.inherited_events} (+ end-seed marker)"),
         ("frames", f"{result.frames_copied} copied verbatim, {result.frames_reencoded} re-encoded"),
-        ("agent preset", result.agent_preset),
+        ("agent preset", child.agent_preset),
         ("title", _title_line(result)),
     ]
-    if result.cwd_moved:
+    if child.cwd is not UNSET:
         rows.append(("cwd", f"{result.cwd} (moved)"))
-    if result.inbox_canceled is not None:
-        canceled = ", ".join(f"{n} {t}" for t, n in result.inbox_canceled.items()) or "none"
+    if child.inbox_canceled is not UNSET:
+        canceled = ", ".join(f"{n} {t}" for t, n in child.inbox_canceled.items()) or "none"
         rows.append(("inherited inbox", f"canceled: {canceled}"))
-    if result.created_at is not None:
-        rows.append(("created", when(result.created_at)))
+    if child.created_at is not None:
+        rows.append(("created", when(child.created_at)))
     _closed_rows(rows, result)
     rows.append(("agents", _agents_line(result)))
     if result.agents is not None:
@@ -185,10 +188,10 @@ def _rich(out: Out, title: str, rows: list[tuple[str, Any]]) -> None:
 
 def _title_line(result: ForkResult) -> str:
     """The title the child is given, and the source's it came from (output escapes controls)."""
-    source = result.source_title
-    if result.title is not None:
+    source = result.child.source_title
+    if result.child.title is not None:
         was = "the source has none" if not source else f'the source\'s is "{source}"'
-        return f'"{result.title}" ({was})'
+        return f'"{result.child.title}" ({was})'
     if source:
         return f'none added (--keep-title); the source\'s is "{source}"'
     return "none (the source has no title)"
@@ -196,9 +199,11 @@ def _title_line(result: ForkResult) -> str:
 
 def _closed_rows(rows: list[tuple[str, Any]], result: ForkResult) -> None:
     """What --close-turn appends after the marker: the turn, then one line per tool result."""
+    from msgspec import UNSET
+
     closed = result.closed_turn
     if closed is None:
-        if result.close_turn:
+        if result.child.closed_turn is not UNSET:  # --close-turn, between turns
             rows.append(("closed turn", "none (the boundary is not inside a turn)"))
         return
     first, last = closed.events[0].seq, closed.events[-1].seq
