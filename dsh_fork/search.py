@@ -47,7 +47,7 @@ from .logindex import _matching_lines
 from .model import Facts, derive
 from .reader import check_version, header_line, open_log
 from .records import Event, Header, dig, parse_event, parse_header
-from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .results import SCHEMA_VERSION, ReadOnly
 from .sessionentry import SessionEntry, odd_generation
 from .source import FileBytes, identity_of
 from .times import iso_ms
@@ -114,70 +114,22 @@ class Matcher:
         return tokens
 
 
-class Hit(Documented, Struct):
-    """One event whose text matched."""
-
-    session: str
-    path: str
-    turn: int | None
-    seq: int
-    role: str
-    snippet: str
-    inherited: bool = False
-    title: str | None = None
-
-    def to_document(self) -> docs.SearchHit:
-        return docs.SearchHit(
-            session=self.session,
-            path=self.path,
-            title=self.title,
-            turn=self.turn,
-            seq=self.seq,
-            role=cast(docs.Role, self.role),
-            snippet=self.snippet,
-            inherited=self.inherited,
-        )
-
+Hit = docs.SearchHit
+"""One event whose text matched: the document's hit itself (``_keep``); its session's title
+is set once the log is read to its end."""
 
 Unreadable = docs.SearchUnreadable
 """A session the search could not read: named, never skipped in silence."""
 
 
 class SearchResult(ReadOnly, Struct):
-    root: str
-    text: str
-    regex: bool
-    ignore_case: bool
-    scopes: list[str]
-    inherited: bool
-    filters: docs.SearchFilters
-    searched: int
-    sessions_with_hits: int
-    total: int
-    """Hits found, including those beyond ``limit`` (not listed)."""
-    limit: int
-    hits: list[Hit] = field(default_factory=list)
-    unreadable: list[Unreadable] = field(default_factory=list)
+    """The search document, built once the root is searched, and the warnings beside it."""
+
+    document: docs.SearchDocument
     warnings: list[str] = field(default_factory=list)
 
     def to_document(self) -> docs.SearchDocument:
-        return docs.SearchDocument(
-            schema_version=SCHEMA_VERSION,
-            root=self.root,
-            text=self.text,
-            regex=self.regex,
-            ignore_case=self.ignore_case,
-            in_=cast(list[docs.Role], self.scopes),
-            inherited=self.inherited,
-            filters=self.filters,
-            searched=self.searched,
-            sessions_with_hits=self.sessions_with_hits,
-            total=self.total,
-            limit=self.limit,
-            truncated=self.total > len(self.hits),
-            hits=rows(self.hits, Hit.to_document),
-            unreadable=self.unreadable,
-        )
+        return self.document
 
 
 # -- text of an event --------------------------------------------------------------------------
@@ -599,23 +551,24 @@ def search(
         )
     if total > len(hits):
         warnings.append(f"{total} hits, the first {len(hits)} shown (raise --limit for more)")
-    filters = docs.SearchFilters(project, since, iso_ms(since))
-    return SearchResult(
-        str(root.path),
-        text,
-        regex,
-        matcher.ignore_case,
-        chosen,
-        inherited,
-        filters,
-        searched,
-        with_hits,
-        total,
-        limit,
-        hits,
-        unreadable,
-        warnings,
+    document = docs.SearchDocument(
+        schema_version=SCHEMA_VERSION,
+        root=str(root.path),
+        text=text,
+        regex=regex,
+        ignore_case=matcher.ignore_case,
+        in_=cast(list[docs.Role], chosen),
+        inherited=inherited,
+        filters=docs.SearchFilters(project, since, iso_ms(since)),
+        searched=searched,
+        sessions_with_hits=with_hits,
+        total=total,
+        limit=limit,
+        truncated=total > len(hits),
+        hits=hits,
+        unreadable=unreadable,
     )
+    return SearchResult(document, warnings)
 
 
 def _keeps_prefix(writers: _Writers, header: Header, where: str, inherited: bool) -> bool:
@@ -672,5 +625,16 @@ def _keep(fold: _Fold, where: str) -> list[Hit]:
         is_inherited = seq < cut
         if is_inherited and not fold.keep_prefix():
             continue
-        kept.append(Hit(session, where, turn, seq, role, text, is_inherited))
+        kept.append(
+            Hit(
+                session=session,
+                path=where,
+                title=None,  # the session's, once its log is read (``search``)
+                turn=turn,
+                seq=seq,
+                role=cast(docs.Role, role),
+                snippet=text,
+                inherited=is_inherited,
+            )
+        )
     return kept

@@ -234,7 +234,7 @@ def test_usage_errors(root: Path, clock: Clock) -> None:
     assert run_cli("search", "--root", root, "x", "--in", "nowhere").exit_code == 2
     assert run_cli("search", "--root", root, "").exit_code == 2
     assert run_cli("search", "--root", root / "missing", "x").exit_code == 2
-    assert search(Root(root), "x").searched == 1
+    assert search(Root(root), "x").document.searched == 1
 
 
 def test_project_and_since_choose_the_sessions_searched(root: Path, clock: Clock) -> None:

@@ -20,15 +20,16 @@ def _count(n: int, word: str) -> str:
 
 
 def render(out: Out, result: SearchResult) -> None:
-    case = "ignoring case" if result.ignore_case else "case-sensitive"
-    scope = ", ".join(result.scopes)
+    doc = result.document
+    case = "ignoring case" if doc.ignore_case else "case-sensitive"
+    scope = ", ".join(doc.in_)
     head = (
-        f"{_count(result.total, 'hit')} in {result.sessions_with_hits} of {result.searched} "
+        f"{_count(doc.total, 'hit')} in {doc.sessions_with_hits} of {doc.searched} "
         "sessions "
         f"({case}; in {scope})"
     )
-    if not result.hits:
-        out.line(f"{result.root}: no hits ({case}; in {scope}; {result.searched} sessions)")
+    if not doc.hits:
+        out.line(f"{doc.root}: no hits ({case}; in {scope}; {doc.searched} sessions)")
         return
     rows = [
         (
@@ -38,7 +39,7 @@ def render(out: Out, result: SearchResult) -> None:
             hit.role,
             hit.snippet,
         )
-        for hit in result.hits
+        for hit in doc.hits
     ]
     out.table(head, COLUMNS, rows)
 
