@@ -18,7 +18,10 @@ _ALL_SAFE = re.compile(f"[{re.escape(bytes(sorted(SAFE_ASCII)).decode())}]+")
 
 
 def _code_units(text: str) -> list[int]:
-    """UTF-16 code units: DSH walks strings as JavaScript does, lone surrogates included."""
+    """UTF-16 code units: DSH walks strings as JavaScript does, lone surrogates included. An
+    ASCII text's units are its bytes (and the UTF-16 codec is not loaded for it)."""
+    if text.isascii():
+        return list(text.encode("ascii"))
     raw = text.encode("utf-16-le", "surrogatepass")
     return [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
 
@@ -79,8 +82,11 @@ def decode_segment(name: str) -> str | None:
             i += 1
         else:
             return None
-    raw = b"".join(u.to_bytes(2, "little") for u in units)
-    decoded = raw.decode("utf-16-le", "surrogatepass")
+    if all(unit < 0x80 for unit in units):  # ASCII: no surrogate, no UTF-16 codec to load
+        decoded = bytes(units).decode("ascii")
+    else:
+        raw = b"".join(u.to_bytes(2, "little") for u in units)
+        decoded = raw.decode("utf-16-le", "surrogatepass")
     return decoded if decoded and encode_segment(decoded) == name else None
 
 

@@ -164,12 +164,22 @@ def test_a_short_fork_imports_only_what_it_uses(tmp_path: Path, agents: int, imp
     assert (proc.stderr.strip().splitlines() or [""])[-1] == imported
 
 
-LAZY = ("rich", "hashlib", "secrets", "dsh_fork.documents", "shlex", "unicodedata", *WALK)
+LAZY = (
+    "rich",
+    "hashlib",
+    "secrets",
+    "dsh_fork.documents",
+    "shlex",
+    "unicodedata",
+    "encodings.utf_16_le",
+    *WALK,
+)
 """What a fork printing JSON has no use for: rich draws only on a terminal, OpenSSL (which
 ``secrets`` loads) is not how temp names are drawn, the documents of the other commands
 (documents.py) are not the fork's (forkdocs.py), ``shlex`` quotes only the rerun a partial
-fork names, the Unicode tables check only an id that is not printable ASCII, and a session
-without subagents leaves relink nothing to walk (``WALK``)."""
+fork names, the Unicode tables check only an id that is not printable ASCII, the UTF-16
+codec encodes only a cwd or an id that is not ASCII, and a session without subagents leaves
+relink nothing to walk (``WALK``)."""
 LAZY_PROBE = probe(
     "' '.join(sorted(({*sys.modules} | {m.split('.')[0] for m in sys.modules}) & "
     f"{set(LAZY)!r}))"
