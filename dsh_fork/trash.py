@@ -47,7 +47,7 @@ from .generations import dir_bytes
 from .ids import now_ms
 from .kinds import KindRule
 from .locking import running
-from .results import SCHEMA_VERSION, Documented, Whole
+from .results import SCHEMA_VERSION, Documented, Whole, plain
 from .sessionarg import locate
 from .sessionentry import SessionEntry
 from .times import iso_ms
@@ -60,40 +60,17 @@ TRASHING, TRASHED, RESTORING = "trashing", "trashed", "restoring"
 _ENTRY_NAME = re.compile(r"^\d{8}T\d{6}(?:\d{3})?Z-[A-Za-z0-9._-]+$")
 
 
-class Moved(Documented, Struct):
-    """One session of an entry: where it came from, what it was."""
+Moved = docs.TrashedSession
+"""One session of an entry: where it came from, what it was (``_moved``, or an entry's
+manifest read back), where it is now (``where``, from what is on disk: ``_where``), and the
+workspace record that listed it when it was trashed (its id), to re-attach it."""
 
-    id: str
-    kind: str | None
-    project: str
-    dir: str
-    title: str | None = None
-    bytes: int = 0
-    where: str = "trash"
-    """Where it is now, from what is on disk: ``trash``, ``root``, ``both`` or ``missing``."""
-    workspace: str | None = None
-    """The workspace record that listed it when it was trashed (its id), to re-attach it."""
-    archived: bool = False
-    pinned: bool = False
 
-    def to_document(self) -> docs.TrashedSession:
-        return docs.TrashedSession(
-            id=self.id,
-            kind=self.kind,
-            project=self.project,
-            dir=self.dir,
-            title=self.title,
-            bytes=self.bytes,
-            where=cast(docs.Where, self.where),
-            workspace=self.workspace,
-            archived=self.archived,
-            pinned=self.pinned,
-        )
-
-    def stored(self) -> dict[str, Any]:
-        out = self.to_json()
-        del out["where"]
-        return out
+def _stored(moved: Moved) -> dict[str, Any]:
+    """A session as the entry's manifest keeps it: all but where it is now."""
+    out = plain(moved)
+    del out["where"]
+    return out
 
 
 class Entry(Documented, Struct):
@@ -128,7 +105,7 @@ class Entry(Documented, Struct):
             with_forks=self.with_forks,
             bytes=self.size,
             registry=self.registry,
-            sessions=[s.to_document() for s in self.sessions],
+            sessions=self.sessions,
         )
 
     def fields(self) -> dict[str, Any]:
@@ -144,7 +121,7 @@ class Entry(Documented, Struct):
             "named": self.named,
             "withForks": self.with_forks,
             "projectModes": self.modes,
-            "sessions": [s.stored() for s in self.sessions],
+            "sessions": [_stored(s) for s in self.sessions],
         }
         return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
@@ -298,16 +275,16 @@ def _read_entry(trash: DirFd, name: str) -> Entry | None:
         doc = orjson.loads(raw)
         sessions = [
             Moved(
-                s["id"],
-                s.get("kind"),
-                s["project"],
-                s["dir"],
-                s.get("title"),
-                int(s.get("bytes", 0)),
-                "trash",
-                s.get("workspace"),
-                s.get("archived") is True,
-                s.get("pinned") is True,
+                id=s["id"],
+                kind=s.get("kind"),
+                project=s["project"],
+                dir=s["dir"],
+                title=s.get("title"),
+                bytes=int(s.get("bytes", 0)),
+                where="trash",
+                workspace=s.get("workspace"),
+                archived=s.get("archived") is True,
+                pinned=s.get("pinned") is True,
             )
             for s in doc["sessions"]
         ]
@@ -333,7 +310,7 @@ def _exists(path: Path) -> bool:
     return os.path.lexists(path)
 
 
-def _where(root: Path, entry_path: Path, moved: Moved) -> str:
+def _where(root: Path, entry_path: Path, moved: Moved) -> docs.Where:
     in_trash = _exists(entry_path / moved.project / moved.dir)
     in_root = _exists(root / moved.project / moved.dir)
     return "both" if in_trash and in_root else "trash" if in_trash else "root" if in_root else (
@@ -498,13 +475,16 @@ def _moved(entry: SessionEntry, kinds: KindRule) -> Moved:
     except OSError:
         size = 0
     return Moved(
-        entry.id_or_dir,
-        None if header is None else kinds.kind(entry),
-        session_dir.parent.name,
-        session_dir.name,
-        _title(entry),
-        size,
-        "root",
+        id=entry.id_or_dir,
+        kind=None if header is None else kinds.kind(entry),
+        project=session_dir.parent.name,
+        dir=session_dir.name,
+        title=_title(entry),
+        bytes=size,
+        where="root",
+        workspace=None,
+        archived=False,
+        pinned=False,
     )
 
 
