@@ -80,41 +80,34 @@ class SessionUsage(Documented, Struct):
         )
 
 
-class Group(Documented, Struct):
-    """A family (by its top session) or a project dir: the sums of its sessions."""
+Group = docs.UsageGroup
+"""A family (by its top session), a project dir, or the root: the sums of its sessions,
+made as the document prints them (``_group``, ``_add``)."""
 
-    name: str
-    sessions: int = 0
-    bytes: int = 0
-    inherited: int = 0
-    saving: int = 0
 
-    def add(self, usage: SessionUsage) -> None:
-        self.sessions += 1
-        self.bytes += usage.bytes
-        self.inherited += usage.inherited or 0
-        self.saving += usage.saving
+def _group(name: str, usage: SessionUsage | None = None) -> Group:
+    """A group of one session, made at once (most families of a large root are one session:
+    no empty group and no ``_add`` call per session); empty without ``usage``."""
+    if usage is None:
+        return Group(name=name, sessions=0, bytes=0, inherited_bytes=0, shareable=0)
+    inherited = usage.inherited or 0
+    return Group(
+        name=name, sessions=1, bytes=usage.bytes, inherited_bytes=inherited, shareable=usage.saving
+    )
 
-    def merge(self, other: Group) -> None:
-        self.sessions += other.sessions
-        self.bytes += other.bytes
-        self.inherited += other.inherited
-        self.saving += other.saving
 
-    @classmethod
-    def of(cls, name: str, usage: SessionUsage) -> Group:
-        """A group of one session, made at once (most families of a large root are one
-        session: no empty group and no ``add`` call per session)."""
-        return cls(name, 1, usage.bytes, usage.inherited or 0, usage.saving)
-
-    def to_document(self) -> docs.UsageGroup:
-        return docs.UsageGroup(
-            name=self.name,
-            sessions=self.sessions,
-            bytes=self.bytes,
-            inherited_bytes=self.inherited,
-            shareable=self.saving,
-        )
+def _add(group: Group, usage: SessionUsage | Group) -> None:
+    """Count a session, or the sums of a group, into ``group``."""
+    if isinstance(usage, SessionUsage):
+        group.sessions += 1
+        group.bytes += usage.bytes
+        group.inherited_bytes += usage.inherited or 0
+        group.shareable += usage.saving
+    else:
+        group.sessions += usage.sessions
+        group.bytes += usage.bytes
+        group.inherited_bytes += usage.inherited_bytes
+        group.shareable += usage.shareable
 
 
 class DiskUsage(ReadOnly, Struct):
@@ -131,9 +124,9 @@ class DiskUsage(ReadOnly, Struct):
     def total(self) -> Group:
         """The sums of the project groups: every session is in exactly one of them, and a
         root has far fewer project dirs than sessions."""
-        total = Group("total")
+        total = _group("total")
         for project in self.projects:
-            total.merge(project)
+            _add(total, project)
         return total
 
     def to_document(self) -> docs.DuDocument:
@@ -142,9 +135,9 @@ class DiskUsage(ReadOnly, Struct):
             schema_version=SCHEMA_VERSION,
             root=str(self.root),
             session=self.session,
-            total=self.total.to_document(),
-            projects=rows(self.projects[:limit], Group.to_document),
-            families=rows(self.families[:limit], Group.to_document),
+            total=self.total,
+            projects=self.projects[:limit],
+            families=self.families[:limit],
             sessions=rows(self.sessions[:limit], SessionUsage.to_document),
         )
 
@@ -236,15 +229,15 @@ class Tally:
         usage = _usage(node, head.id, self.measured)
         self.sessions.append(usage)
         if node is head:
-            self.families.append(Group.of(head.id, usage))
+            self.families.append(_group(head.id, usage))
         else:
-            self.families[-1].add(usage)
+            _add(self.families[-1], usage)
         project = node.project
         summed = self.projects.get(project)
         if summed is None:
-            self.projects[project] = Group.of(project, usage)
+            self.projects[project] = _group(project, usage)
         else:
-            summed.add(usage)
+            _add(summed, usage)
 
     def result(self, forest: Lineage, top: int | None) -> DiskUsage:
         """Every session, family and project dir, largest first; a log that could not be

@@ -95,7 +95,7 @@ def test_an_orphan_forks_prefix_is_not_shareable(root: Path) -> None:
     by_id = {u.id: u for u in usage.sessions}
     assert by_id[family.fork_a].inherited and by_id[family.fork_a].saving == 0
     assert by_id[family.fork_aa].saving == by_id[family.fork_aa].inherited  # its parent is here
-    assert usage.total.saving == by_id[family.fork_aa].inherited
+    assert usage.total.shareable == by_id[family.fork_aa].inherited
 
 
 def test_top_limits_the_rows_but_not_the_totals(root: Path) -> None:

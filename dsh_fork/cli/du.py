@@ -29,7 +29,8 @@ def _sizes(exact: bool) -> Callable[[int | None], str]:
 
 def _groups(out: Out, title: str, groups: list[Group], top: int, size: Sizer) -> None:
     rows = [
-        [g.name, g.sessions, size(g.bytes), size(g.inherited), size(g.saving)] for g in groups[:top]
+        [g.name, g.sessions, size(g.bytes), size(g.inherited_bytes), size(g.shareable)]
+        for g in groups[:top]
     ]
     more = f" (largest {top} of {len(groups)})" if len(groups) > top else ""
     out.table(f"{title}{more}", ["name", "sessions", "bytes", "inherited", "shareable"], rows)
@@ -43,13 +44,13 @@ def _render(out: Out, usage: DiskUsage, exact: bool) -> None:
     if not usage.sessions:
         out.line(f"no sessions in {usage.root}")
         return
-    share = f" ({100 * total.saving / total.bytes:.0f}%)" if total.bytes else ""
+    share = f" ({100 * total.shareable / total.bytes:.0f}%)" if total.bytes else ""
     scope = f"family of {usage.session}" if usage.session else str(usage.root)
     unit = " bytes" if exact else ""
     out.line(
         f"{scope}: {total.sessions} sessions, {size(total.bytes)}{unit}; inherited prefixes "
-        f"{size(total.inherited)}{unit}; sharing them would save {size(total.saving)}{unit}"
-        f"{share}"
+        f"{size(total.inherited_bytes)}{unit}; sharing them would save "
+        f"{size(total.shareable)}{unit}{share}"
     )
     out.line()
     _groups(out, "Project dirs", usage.projects, top, size)
