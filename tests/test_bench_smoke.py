@@ -25,6 +25,7 @@ CASES = (
     "fork, 0.2 MB log",
     "fork --no-agents, 0.2 MB log",
     "fork at a middle turn, 0.2 MB log",
+    "fork, 0.2 MB log forked 5× before",
     "inspect, 0.2 MB log",
     "export, 0.2 MB log",
     "import, 0.2 MB log",

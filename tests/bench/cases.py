@@ -131,6 +131,27 @@ def big_log(bench: Bench, mbytes: float) -> BigLog:
     return built
 
 
+EARLIER_FORKS = 5
+
+
+def forked_before(bench: Bench, big: BigLog) -> BigLog:
+    """The large session in a root of its own with ``EARLIER_FORKS`` user forks of it, each
+    holding the session's whole history: a fork asks each whether it is a delegation child
+    (dsh-world §4), which its own range alone answers."""
+
+    def build() -> BigLog:
+        log(f"forking the {big.json_mb:.0f} MB log {EARLIER_FORKS} times …")
+        root = big.root.parent.with_name(f"{big.root.parent.name}-forked") / "sessions"
+        shutil.copytree(big.root, root, symlinks=True)
+        for k in range(EARLIER_FORKS):
+            fork_session(big.session_id, str(root), ForkOptions(child_id=f"session-earlier-{k}"))
+        return replace(big, root=root, log=root / big.log.relative_to(big.root))
+
+    built = bench.cached(f"forked-before-{big.root}", build)
+    assert isinstance(built, BigLog)
+    return built
+
+
 def two_turns(bench: Bench) -> BigLog:
     """The smallest real fork: a session of two turns."""
 
@@ -315,22 +336,24 @@ def forks(bench: Bench) -> list[Row]:
         size = size_name(mbytes)
         floor_argv = same(bench.floor(big.log))
         judged = mbytes >= 100
-        variants: list[tuple[str, list[str]]] = [
-            (f"fork, {size} log", []),
-            (f"fork --no-agents, {size} log", ["--no-agents"]),
+        forked = forked_before(bench, big)
+        variants: list[tuple[str, BigLog, list[str]]] = [
+            (f"fork, {size} log", big, []),
+            (f"fork --no-agents, {size} log", big, ["--no-agents"]),
         ]
         if mbytes != 10:
             mid = str(middle_turn_end(big.log))
-            variants.append((f"fork at a middle turn, {size} log", ["--at", mid]))
-        drop = drop_forks(big.root, small.root)
-        for case, extra in variants:
+            variants.append((f"fork at a middle turn, {size} log", big, ["--at", mid]))
+        variants.append((f"fork, {size} log forked {EARLIER_FORKS}× before", forked, []))
+        drop = drop_forks(big.root, forked.root, small.root)
+        for case, source, extra in variants:
             log(f"{case} …")
             runs = bench.rounds(
-                [fork_argv(bench, big, extra), floor_argv, fixed, tiny], between=drop
+                [fork_argv(bench, source, extra), floor_argv, fixed, tiny], between=drop
             )
             ours, floor = Figures.of(runs[0]), Figures.of(runs[1])
             ratio = beyond_startup(runs)
-            default = not extra
+            default = not extra and source is big
             goal_ok = ratio is not None and ratio <= 1.2 and ours.rss_mb <= 100
             rows.append(
                 row(
