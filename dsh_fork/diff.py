@@ -130,8 +130,8 @@ def _side(located: Located, log: SessionLog, split: int) -> DiffSide:
         events=log.event_count,
         cut=facts.cut,
         split_event_type=split_event,
-        split_turn=None if at_split is None else at_split.number,
-        tail=[turn.to_document() for turn in tail],
+        split_turn=None if at_split is None else at_split.turn,
+        tail=tail,
         subagents=[row_document(row) for row in agents.children if row.on_disk],
     )
 

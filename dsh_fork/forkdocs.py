@@ -153,6 +153,24 @@ class ClosedTurn(Struct, rename="camel"):
     events: Annotated[int, Meta(description="How many closing events follow the marker.")]
 
 
+class Turn(Struct, rename="camel", forbid_unknown_fields=True):
+    """One turn of a session, as inspect --turns lists it."""
+
+    turn: Annotated[int, Meta(description="1-based, as fork --turn N counts.")]
+    start_seq: int
+    end_seq: Annotated[
+        int | None, Meta(description="Seq of its turn/end; null while the turn is open.")
+    ]
+    last_seq: Annotated[int, Meta(description="The last event before the next turn/start.")]
+    end_time: EpochMs | None
+    reason: str | None
+    user: Annotated[str | None, Meta(description="First line of the user's message, clipped.")]
+    tools: list[str]
+    agents: list[str]
+    inherited: Annotated[bool, Meta(description="The turn ends inside the inherited prefix.")]
+    valid_boundary: Annotated[bool, Meta(description="Its turn/end is a fork boundary.")]
+
+
 class ForkChild(Struct, rename="camel"):
     """The child a fork wrote (or, with --dry-run, would write)."""
 

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from msgspec import UNSET, Struct, field
@@ -49,9 +49,6 @@ from .validation import (
     stale_findings,
     survey_generation,
 )
-
-if TYPE_CHECKING:
-    from .turns import TurnSummary
 
 SUMMARY_WIDTH = 80
 _SPACES = re.compile(r"\s+")
@@ -235,7 +232,7 @@ class InspectReport(Documented, Struct):
     last_inherited_time: int | None
     findings: list[Finding]
     warnings: list[str]
-    turn_list: list[TurnSummary] | None = None
+    turn_list: list[docs.Turn] | None = None
     """One summary per turn (``inspect --turns``), else None."""
 
     @property
@@ -345,18 +342,12 @@ class InspectReport(Documented, Struct):
             findings=[f.to_document() for f in self.findings],
             counts=docs.Counts(**counts(self.findings)),
             event_list=UNSET if self.event_lines is None else rows(self.event_lines, _same),
-            turn_list=UNSET if self.turn_list is None else rows(self.turn_list, _turn),
+            turn_list=UNSET if self.turn_list is None else self.turn_list,
         )
 
 
 def _same(line: EventLine) -> EventLine:
     return line
-
-
-def _turn(turn: TurnSummary) -> docs.Turn:
-    """``TurnSummary.to_document``, named here without importing ``turns`` (only
-    ``--turns`` needs it)."""
-    return turn.to_document()
 
 
 def _frame_stats(log: SessionLog) -> FrameStats | None:

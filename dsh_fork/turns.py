@@ -10,18 +10,15 @@ parsed (``SUMMARY_TYPES``), one at a time.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msgspec import Struct, field
 
 from .errors import InvalidBoundary, OpenTurn
+from .forkdocs import Turn
 from .model import TURN_TYPES
 from .records import Event, dig
-from .results import Documented
 from .sessionlog import SessionLog
-
-if TYPE_CHECKING:
-    from . import documents as docs
 
 CLOSE_TURN_HINT = "give --close-turn to fork there and close the turn"
 """Named by every OPEN_TURN refusal of a fork: the option that accepts such a boundary."""
@@ -38,42 +35,28 @@ CONTENT_TYPES = frozenset(("user/message", "tool/call", "subagent/catalog"))
 FIRST_LINE_WIDTH = 80
 
 
-class TurnSummary(Documented, Struct):
-    """One turn: where it lies, how it ended, what the user asked, what ran in it."""
+TurnSummary = Turn
+"""One turn: where it lies, how it ended, what the user asked, what ran in it; the document's
+turn itself (``turn``: its number), made as the events are folded (``summarize_events``).
+``last_seq`` is the last event of the turn's span (before the next ``turn/start``);
+``valid_boundary`` is set with its ``turn/end``, a valid fork boundary (an open turn has none)."""
 
-    number: int
-    start_seq: int
-    last_seq: int
-    """The last event of the turn's span (before the next ``turn/start``)."""
-    end_seq: int | None
-    end_time: int | None = None
-    reason: str | None = None
-    user: str | None = None
-    tools: list[str] = field(default_factory=list)
-    agents: list[str] = field(default_factory=list)
-    inherited: bool = False
 
-    @property
-    def is_boundary(self) -> bool:
-        """Its ``turn/end`` is a valid fork boundary; an open turn has none."""
-        return self.end_seq is not None
-
-    def to_document(self) -> docs.Turn:
-        from . import documents as docs
-
-        return docs.Turn(
-            turn=self.number,
-            start_seq=self.start_seq,
-            end_seq=self.end_seq,
-            last_seq=self.last_seq,
-            end_time=self.end_time,
-            reason=self.reason,
-            user=self.user,
-            tools=self.tools,
-            agents=self.agents,
-            inherited=self.inherited,
-            valid_boundary=self.is_boundary,
-        )
+def _opened(number: int, start_seq: int, last_seq: int) -> TurnSummary:
+    """A turn at its ``turn/start``: nothing known of it yet but where it lies."""
+    return TurnSummary(
+        turn=number,
+        start_seq=start_seq,
+        end_seq=None,
+        last_seq=last_seq,
+        end_time=None,
+        reason=None,
+        user=None,
+        tools=[],
+        agents=[],
+        inherited=False,
+        valid_boundary=False,
+    )
 
 
 def first_line(message: Any) -> str | None:
@@ -122,7 +105,7 @@ def summarize_events(
         if kind == "turn/start":
             if current is not None:
                 current.last_seq = ev.seq - 1
-            current = TurnSummary(len(turns) + 1, ev.seq, event_count - 1, None)
+            current = _opened(len(turns) + 1, ev.seq, event_count - 1)
             turns.append(current)
         elif kind == "session/end-seed":
             if isinstance(ev.data, dict) and ev.data.get("inherited") is True:
@@ -132,6 +115,7 @@ def summarize_events(
         elif kind == "turn/end":
             if current.end_seq is None:
                 current.end_seq = ev.seq
+                current.valid_boundary = True
                 current.end_time = ev.time
                 reason = dig(ev.data, "reason", "kind")
                 current.reason = reason if isinstance(reason, str) else None
@@ -204,13 +188,13 @@ def boundary_of_turn(log: SessionLog, turn: int, *, close_turn: bool = False) ->
         return chosen.end_seq
     if close_turn:
         return chosen.last_seq
-    last = completed[-1].number if completed else None
+    last = completed[-1].turn if completed else None
     hint = f"; the last completed turn is {last}" if last is not None else ""
     raise OpenTurn(
-        f"turn {chosen.number} is open (started at seq {chosen.start_seq}): it has no end "
+        f"turn {chosen.turn} is open (started at seq {chosen.start_seq}): it has no end "
         f"to fork at{hint}; {CLOSE_TURN_HINT}",
         requested=turn,
-        openTurn={"turn": chosen.number, "startSeq": chosen.start_seq},
+        openTurn={"turn": chosen.turn, "startSeq": chosen.start_seq},
         session=session,
     )
 

@@ -38,7 +38,7 @@ def turn_of(session_dir: Path, seq: int) -> int | None:
     """The turn ``inspect --turns`` puts ``seq`` in."""
     log = open_log(list_generations(session_dir)[-1])
     turn = turn_containing(turn_summaries(log), seq)
-    return None if turn is None else turn.number
+    return None if turn is None else turn.turn
 
 
 def hits_of(root: Path, *args: str) -> dict[str, Any]:

@@ -200,11 +200,12 @@ def _turn_list(out: Out, report: InspectReport) -> None:
     out.line()
     rows = [
         [
-            turn.number,
+            turn.turn,
             f"{turn.start_seq}-{'open' if turn.end_seq is None else turn.end_seq}",
             iso(turn.end_time),
             turn.user,
-            ("yes" if turn.is_boundary else "no (open)") + (" inherited" if turn.inherited else ""),
+            ("yes" if turn.valid_boundary else "no (open)")
+            + (" inherited" if turn.inherited else ""),
             ", ".join(turn.tools) or None,
             ", ".join(turn.agents) or None,
         ]
