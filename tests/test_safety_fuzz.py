@@ -36,6 +36,7 @@ from dsh_fork.errors import ALL_ERRORS, DshForkError
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.inspect import inspect_arg
+from dsh_fork.kinds import read_evidence, read_own_descriptor
 from dsh_fork.records import LineError, parse_event, parse_header, parse_line, parse_v0_line
 from dsh_fork.validation import validate_dir
 
@@ -342,6 +343,29 @@ def test_every_command_on_a_damaged_log_ends_in_a_contract_code(
         failed = {item["id"] for item in summary["failed"]}
         assert not failed & {c["source"] for c in summary["copied"]}, what
     count("fuzz: commands on damaged logs", 8)
+
+
+@given(damage=damages())
+def test_the_kind_rules_end_read_of_a_damaged_log_answers_as_the_whole_read(
+    damage: Damage, sample_root: Path, fuzz_dir: Path
+) -> None:
+    """The kind rule reads a child's log from its end for its own descriptor
+    (``kinds.read_own_descriptor``): on a damaged log it answers or says unreadable, never
+    raises, and wherever the whole read accepts the log it gives the whole read's answer."""
+    root = fuzz_dir / "case" / "sessions"
+    if root.parent.exists():
+        shutil.rmtree(root.parent)
+    shutil.copytree(sample_root, root)
+    _log_path(root, damage.target).write_bytes(damage.apply)
+    entry = Root(root).entry(damage.target)
+    if entry is None or entry.header is None:
+        return  # no header: no kind to settle
+
+    end = read_own_descriptor(entry)
+    whole = read_evidence(entry)
+    if whole is not None:
+        assert end is whole.own_descriptor, repr(damage)
+    count("fuzz: the kind rule's end read")
 
 
 # -- every truncation of a real log -----------------------------------------------------------
