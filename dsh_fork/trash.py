@@ -24,7 +24,7 @@ import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 import msgspec
 import orjson
@@ -56,7 +56,9 @@ TRASH_DIR = "dsh-fork-trash"
 MANIFEST = "manifest.json"
 MANIFEST_TEMP = ".manifest.json.tmp"
 MANIFEST_VERSION = 1
-TRASHING, TRASHED, RESTORING = "trashing", "trashed", "restoring"
+TRASHING: Final = "trashing"
+TRASHED: Final = "trashed"
+RESTORING: Final = "restoring"
 _ENTRY_NAME = re.compile(r"^\d{8}T\d{6}(?:\d{3})?Z-[A-Za-z0-9._-]+$")
 
 
@@ -74,54 +76,31 @@ def _stored(moved: Moved) -> dict[str, Any]:
 
 
 class Entry(Documented, Struct):
-    """A trash entry: its manifest, and where each of its sessions is now."""
+    """A trash entry: its document (its manifest, and where each of its sessions is now),
+    made once where the entry is made or read back (``_entry``), and the mode of each project
+    dir the sessions came from (to make it again on restore)."""
 
-    name: str
-    path: str
-    root: str
-    created: int
-    state: str
-    named: list[str]
-    with_forks: bool
-    sessions: list[Moved] = field(default_factory=list)
+    doc: docs.TrashEntry
     modes: dict[str, int] = field(default_factory=dict)
-    """Mode of each project dir the sessions came from (to make it again on restore)."""
-    registry: docs.RegistryEdit | None = None
-    """What this run did to the workspace registry: written, the records changed, or why not."""
-
-    @property
-    def size(self) -> int:
-        return sum(s.bytes for s in self.sessions)
 
     def to_document(self) -> docs.TrashEntry:
-        return docs.TrashEntry(
-            entry=self.name,
-            path=self.path,
-            root=self.root,
-            created=self.created,
-            created_iso=iso_ms(self.created),
-            state=cast(docs.EntryState, self.state),
-            named=self.named,
-            with_forks=self.with_forks,
-            bytes=self.size,
-            registry=self.registry,
-            sessions=self.sessions,
-        )
+        return self.doc
 
     def fields(self) -> dict[str, Any]:
         """The fields of its ``TrashEntry``, which the trash and restore documents extend."""
-        return msgspec.structs.asdict(self.to_document())
+        return msgspec.structs.asdict(self.doc)
 
     def manifest(self) -> bytes:
+        doc = self.doc
         document = {
             "version": MANIFEST_VERSION,
-            "root": self.root,
-            "created": self.created,
-            "state": self.state,
-            "named": self.named,
-            "withForks": self.with_forks,
+            "root": doc.root,
+            "created": doc.created,
+            "state": doc.state,
+            "named": doc.named,
+            "withForks": doc.with_forks,
             "projectModes": self.modes,
-            "sessions": [_stored(s) for s in self.sessions],
+            "sessions": [_stored(s) for s in doc.sessions],
         }
         return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
@@ -167,7 +146,7 @@ class EmptyResult(Whole, Struct):
             trash=self.trash,
             dry_run=self.dry_run,
             removed=[e.to_document() for e in self.removed],
-            bytes=sum(e.size for e in self.removed),
+            bytes=sum(e.doc.bytes for e in self.removed),
             kept=self.kept,
         )
 
@@ -231,6 +210,34 @@ def _open_trash(root: Path, *, create: bool) -> DirFd | None:
         home_fd.close()
 
 
+def _entry(
+    name: str,
+    path: str,
+    root: str,
+    created: int,
+    state: docs.EntryState,
+    named: list[str],
+    with_forks: bool,
+    sessions: list[Moved],
+    modes: dict[str, int],
+) -> Entry:
+    """An entry as made, or read back from its manifest: its sessions, their bytes summed."""
+    doc = docs.TrashEntry(
+        entry=name,
+        path=path,
+        root=root,
+        created=created,
+        created_iso=iso_ms(created),
+        state=state,
+        named=named,
+        with_forks=with_forks,
+        bytes=sum(s.bytes for s in sessions),
+        registry=None,
+        sessions=sessions,
+    )
+    return Entry(doc, modes)
+
+
 def _write_manifest(entry_fd: DirFd, entry: Entry, owner: tuple[int, int]) -> None:
     """Temp, fsync, rename over, fsync the dir: the manifest is old or new, never half."""
     data = entry.manifest()
@@ -288,12 +295,12 @@ def _read_entry(trash: DirFd, name: str) -> Entry | None:
             )
             for s in doc["sessions"]
         ]
-        entry = Entry(
+        entry = _entry(
             name,
             str(path),
             str(doc["root"]),
             int(doc["created"]),
-            str(doc["state"]),
+            cast(docs.EntryState, str(doc["state"])),
             [str(n) for n in doc.get("named", [])],
             bool(doc.get("withForks", False)),
             sessions,
@@ -301,8 +308,8 @@ def _read_entry(trash: DirFd, name: str) -> Entry | None:
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise IoError(f"{path / MANIFEST} is not a manifest dsh-fork wrote") from None
-    for moved in entry.sessions:
-        moved.where = _where(Path(entry.root), path, moved)
+    for moved in entry.doc.sessions:
+        moved.where = _where(Path(entry.doc.root), path, moved)
     return entry
 
 
@@ -414,12 +421,12 @@ def settle(root: Path) -> list[str]:
                     os.rmdir(path)
                     notes.append(f"removed {name}: a trash interrupted before it moved anything")
                 continue
-            if Path(entry.root) != root or entry.state == TRASHED:
+            if Path(entry.doc.root) != root or entry.doc.state == TRASHED:
                 continue
-            if entry.state == TRASHING:
+            if entry.doc.state == TRASHING:
                 _trash_moves(root, entry)
                 notes.append(f"finished an interrupted trash: {name}")
-            elif entry.state == RESTORING:
+            elif entry.doc.state == RESTORING:
                 _restore_moves(root, entry)
                 notes.append(f"finished an interrupted restore: {name}")
     finally:
@@ -566,7 +573,7 @@ def trash(
     for m in moved:
         with contextlib.suppress(OSError):
             modes[m.project] = stat.S_IMODE(os.stat(root_path / m.project).st_mode)
-    entry = Entry(
+    entry = _entry(
         name,
         str(trash_path / name),
         str(root_path),
@@ -585,14 +592,14 @@ def trash(
     owner = _owner_of(root_path.parent)
     try:
         suffix = 0
-        while trash_fd.exists(entry.name):
+        while trash_fd.exists(entry.doc.entry):
             suffix += 1
-            entry.name = f"{name}-{suffix}"
-            entry.path = str(trash_path / entry.name)
-        _step("mkdir", Path(entry.path), lambda: trash_fd.mkdir(entry.name))
-        _give(trash_fd.fd, Path(entry.path), owner, name=entry.name)
+            entry.doc.entry = f"{name}-{suffix}"
+            entry.doc.path = str(trash_path / entry.doc.entry)
+        _step("mkdir", Path(entry.doc.path), lambda: trash_fd.mkdir(entry.doc.entry))
+        _give(trash_fd.fd, Path(entry.doc.path), owner, name=entry.doc.entry)
         trash_fd.fsync()
-        entry_fd = DirFd.open(entry.name, Path(entry.path), trash_fd)
+        entry_fd = DirFd.open(entry.doc.entry, Path(entry.doc.path), trash_fd)
     finally:
         trash_fd.close()
     try:
@@ -628,7 +635,7 @@ def _registry_edit(root_path: Path, entry: Entry, *, attach: bool) -> docs.Regis
     listed. A registry that cannot be edited is left alone and the reason kept."""
     from . import registry
 
-    wanted = [m for m in entry.sessions if m.workspace or m.archived or m.pinned]
+    wanted = [m for m in entry.doc.sessions if m.workspace or m.archived or m.pinned]
     if not wanted:
         return None
 
@@ -669,7 +676,7 @@ def _move_each(
     ``target``, and note where each is. A project dir made on the way takes the mode noted
     in the entry and the owner of the project dir it comes from (the entry's takes the
     root's, which restore gives back)."""
-    entry_path = Path(entry.path)
+    entry_path = Path(entry.doc.path)
     places = {"root": root_path, "trash": entry_path}
     for moved in sessions:
         where = _where(root_path, entry_path, moved)
@@ -683,16 +690,16 @@ def _move_each(
 
 def _trash_moves(root_path: Path, entry: Entry, *, entry_fd: DirFd | None = None) -> None:
     """Move every session still in the root into the entry (children first), then say so."""
-    entry_path = Path(entry.path)
+    entry_path = Path(entry.doc.path)
     owner = _owner_of(root_path.parent)
-    _move_each(root_path, entry, reversed(entry.sessions), "root", "trash")
-    entry.registry = _registry_edit(root_path, entry, attach=False)
-    entry.state = TRASHED
+    _move_each(root_path, entry, reversed(entry.doc.sessions), "root", "trash")
+    entry.doc.registry = _registry_edit(root_path, entry, attach=False)
+    entry.doc.state = TRASHED
     if entry_fd is None:
         trash = _open_trash(root_path, create=False)
         assert trash is not None
         try:
-            entry_fd = DirFd.open(entry.name, entry_path, trash)
+            entry_fd = DirFd.open(entry.doc.entry, entry_path, trash)
         finally:
             trash.close()
         try:
@@ -715,13 +722,15 @@ def empty(root_path: Path, *, older_than: int | None, now: int, dry_run: bool) -
     """Delete entries for good (those created before ``now - older_than`` ms)."""
     warnings = [] if dry_run else settle(root_path)
     found = entries(root_path)
-    chosen = [e for e in found if older_than is None or e.created <= now - older_than]
+    chosen = [e for e in found if older_than is None or e.doc.created <= now - older_than]
     if not dry_run:
         trash = _open_trash(root_path, create=False)
         if trash is not None:
             try:
                 for entry in chosen:
-                    _step("remove", Path(entry.path), lambda e=entry: _rmtree(trash, e.name))
+                    _step(
+                        "remove", Path(entry.doc.path), lambda e=entry: _rmtree(trash, e.doc.entry)
+                    )
                 trash.fsync()
             finally:
                 trash.close()
@@ -751,19 +760,19 @@ def parse_age(text: str) -> int:
 
 def _find(root_path: Path, what: str) -> Entry:
     found = entries(root_path)
-    by_name = [e for e in found if e.name == what]
+    by_name = [e for e in found if e.doc.entry == what]
     if by_name:
         return by_name[0]
     prefixes = (what, f"session-{what}")  # a short id may leave out the session- prefix
-    holding = [e for e in found if any(s.id.startswith(prefixes) for s in e.sessions)]
-    exact = [e for e in holding if any(s.id == what for s in e.sessions)]
+    holding = [e for e in found if any(s.id.startswith(prefixes) for s in e.doc.sessions)]
+    exact = [e for e in holding if any(s.id == what for s in e.doc.sessions)]
     chosen = exact or holding
     if not chosen:
         raise SessionNotFound(
             f"no trash entry named {what!r} or holding that session in {trash_dir(root_path)}",
             session=what,
         )
-    ids = {s.id for e in chosen for s in e.sessions if s.id.startswith(prefixes)}
+    ids = {s.id for e in chosen for s in e.doc.sessions if s.id.startswith(prefixes)}
     if len(ids) > 1:
         raise SessionNotFound(f"{what!r} is a prefix of {len(ids)} trashed sessions", session=what)
     return chosen[-1]  # the newest entry holding it
@@ -773,14 +782,14 @@ def restore(root_path: Path, what: str, *, dry_run: bool = False) -> RestoreResu
     """Move an entry's sessions back where they were, refusing ids that exist again."""
     warnings = [] if dry_run else settle(root_path)
     entry = _find(root_path, what)
-    if Path(entry.root) != root_path:
+    if Path(entry.doc.root) != root_path:
         raise UsageError(
-            f"{entry.name} was trashed from {entry.root}, not {root_path}: pass --root "
-            f"{entry.root}",
-            entry=entry.name,
+            f"{entry.doc.entry} was trashed from {entry.doc.root}, not {root_path}: pass --root "
+            f"{entry.doc.root}",
+            entry=entry.doc.entry,
         )
     root = Root(root_path)
-    for moved in entry.sessions:
+    for moved in entry.doc.sessions:
         if moved.where == "both":
             raise SessionAlreadyExists(
                 f"{moved.project}/{moved.dir} exists in the root again; nothing was restored",
@@ -792,21 +801,21 @@ def restore(root_path: Path, what: str, *, dry_run: bool = False) -> RestoreResu
                 "was restored",
                 session=moved.id,
             )
-    missing = [m.id for m in entry.sessions if m.where == "missing"]
+    missing = [m.id for m in entry.doc.sessions if m.where == "missing"]
     if missing:
-        warnings.append(f"{len(missing)} sessions of {entry.name} are neither in the trash nor "
-                        f"in the root: {', '.join(missing)}")  # fmt: skip
+        warnings.append(f"{len(missing)} sessions of {entry.doc.entry} are neither in the "
+                        f"trash nor in the root: {', '.join(missing)}")  # fmt: skip
     if dry_run:
         return RestoreResult(entry, True, warnings)
-    if entry.state != RESTORING:
+    if entry.doc.state != RESTORING:
         trash = _open_trash(root_path, create=False)
         assert trash is not None
         try:
-            entry_fd = DirFd.open(entry.name, Path(entry.path), trash)
+            entry_fd = DirFd.open(entry.doc.entry, Path(entry.doc.path), trash)
         finally:
             trash.close()
         try:
-            entry.state = RESTORING
+            entry.doc.state = RESTORING
             _write_manifest(entry_fd, entry, _owner_of(root_path.parent))
         finally:
             entry_fd.close()
@@ -816,22 +825,22 @@ def restore(root_path: Path, what: str, *, dry_run: bool = False) -> RestoreResu
 
 def _restore_moves(root_path: Path, entry: Entry) -> None:
     """Move every session still in the entry back (parents first), then remove the entry."""
-    entry_path = Path(entry.path)
-    _move_each(root_path, entry, entry.sessions, "trash", "root")
-    entry.registry = _registry_edit(root_path, entry, attach=True)
+    entry_path = Path(entry.doc.path)
+    _move_each(root_path, entry, entry.doc.sessions, "trash", "root")
+    entry.doc.registry = _registry_edit(root_path, entry, attach=True)
     trash = _open_trash(root_path, create=False)
     if trash is None:
         return
     try:
-        for project in sorted({m.project for m in entry.sessions}):
+        for project in sorted({m.project for m in entry.doc.sessions}):
             _remove_empty(entry_path, project)
         leftovers = [n for n in os.listdir(entry_path) if n not in (MANIFEST, MANIFEST_TEMP)]
         if not leftovers:
-            _step("remove", entry_path, lambda: _rmtree(trash, entry.name))
+            _step("remove", entry_path, lambda: _rmtree(trash, entry.doc.entry))
             trash.fsync()
     finally:
         trash.close()
 
 
 def session_ids(entries_: Iterable[Entry]) -> list[str]:
-    return [s.id for e in entries_ for s in e.sessions]
+    return [s.id for e in entries_ for s in e.doc.sessions]

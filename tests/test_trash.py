@@ -136,12 +136,12 @@ def test_restore_refuses_an_id_that_exists_again(home: Path) -> None:
     root = home / "sessions"
     _, fork = tops_and_forks(root)[0]
     result = trash(root, [fork], root_option=str(root), env={})
-    (copy_dir,) = [root / s.project / s.dir for s in result.entry.sessions if s.id == fork]
-    trashed = Path(result.entry.path) / copy_dir.parent.name / copy_dir.name
+    (copy_dir,) = [root / s.project / s.dir for s in result.entry.doc.sessions if s.id == fork]
+    trashed = Path(result.entry.doc.path) / copy_dir.parent.name / copy_dir.name
     os.makedirs(copy_dir.parent, exist_ok=True)
     subprocess.run(["cp", "-a", str(trashed), str(copy_dir)], check=True)
     before = tree_digest(home)
-    refused = run_cli("restore", "--root", root, result.entry.name)
+    refused = run_cli("restore", "--root", root, result.entry.doc.entry)
     assert refused.exit_code == 5
     assert "exists in the root again" in refused.stderr
     assert tree_digest(home) == before

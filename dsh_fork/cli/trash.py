@@ -14,7 +14,8 @@ from .base import Out, app, emit, fail, iso, root_of, run
 from .options import dry_run_option, json_option, root_option, sessions_argument
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
-    from ..trash import EmptyResult, Entry, RestoreResult, TrashList, TrashResult
+    from ..documents import TrashEntry
+    from ..trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
 
 def _entries(n: int) -> str:
@@ -28,18 +29,18 @@ def _size(value: int) -> str:
     return human_size(value)
 
 
-def _sessions(out: Out, entry: Entry, title: str) -> None:
+def _sessions(out: Out, entry: TrashEntry, title: str) -> None:
     rows = [(s.id, s.kind, s.title, _size(s.bytes), s.where) for s in entry.sessions]
     out.table(title, ("id", "kind", "title", "size", "where"), rows)
 
 
-def _moved(out: Out, entry: Entry, title: str, registry: str) -> None:
+def _moved(out: Out, entry: TrashEntry, title: str, registry: str) -> None:
     """What trash and restore moved: the entry's sessions, then what the registry got."""
     _sessions(out, entry, title)
     _registry_line(out, entry, registry)
 
 
-def _registry_line(out: Out, entry: Entry, verb: str) -> None:
+def _registry_line(out: Out, entry: TrashEntry, verb: str) -> None:
     done = entry.registry
     if done is None:
         return
@@ -50,12 +51,12 @@ def _registry_line(out: Out, entry: Entry, verb: str) -> None:
 
 
 def _render_trash(out: Out, result: TrashResult) -> None:
-    entry = result.entry
+    entry = result.entry.doc
     verb = "would move" if result.dry_run else "moved"
-    moved = f"{counted(len(entry.sessions), 'session')} ({_size(entry.size)}) to {entry.path}"
+    moved = f"{counted(len(entry.sessions), 'session')} ({_size(entry.bytes)}) to {entry.path}"
     _moved(out, entry, f"{verb} {moved}", "sessions detached, archived and pinned marks removed")
     if not result.dry_run:
-        out.line(f"restore with: dsh-fork restore {entry.name}")
+        out.line(f"restore with: dsh-fork restore {entry.entry}")
 
 
 def _render_list(out: Out, listing: TrashList) -> None:
@@ -64,12 +65,16 @@ def _render_list(out: Out, listing: TrashList) -> None:
         return
     rows = [
         (
-            e.name,
-            iso(e.created),
-            e.state,
-            len(e.sessions),
-            _size(e.size),
-            ", ".join(s.title or s.id for s in e.sessions if s.id in e.named or s is e.sessions[0]),
+            e.doc.entry,
+            iso(e.doc.created),
+            e.doc.state,
+            len(e.doc.sessions),
+            _size(e.doc.bytes),
+            ", ".join(
+                s.title or s.id
+                for s in e.doc.sessions
+                if s.id in e.doc.named or s is e.doc.sessions[0]
+            ),
         )
         for e in listing.entries
     ]
@@ -82,7 +87,7 @@ def _render_list(out: Out, listing: TrashList) -> None:
 
 def _render_empty(out: Out, result: EmptyResult) -> None:
     verb = "would delete" if result.dry_run else "deleted"
-    total = sum(e.size for e in result.removed)
+    total = sum(e.doc.bytes for e in result.removed)
     out.line(
         f"{verb} {_entries(len(result.removed))} ({_size(total)}) from {result.trash}; "
         f"{result.kept} kept"
@@ -90,9 +95,9 @@ def _render_empty(out: Out, result: EmptyResult) -> None:
 
 
 def _render_restore(out: Out, result: RestoreResult) -> None:
-    entry = result.entry
+    entry = result.entry.doc
     verb = "would restore" if result.dry_run else "restored"
-    moved = f"{counted(len(entry.sessions), 'session')} of {entry.name} to {entry.root}"
+    moved = f"{counted(len(entry.sessions), 'session')} of {entry.entry} to {entry.root}"
     _moved(out, entry, f"{verb} {moved}", "sessions re-attached, archived and pinned marks back")
 
 
