@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from . import faults, fsdir
 from .errors import IoError
-from .fsdir import DIR_FLAGS, DIR_MODE, DirChain, DirFd, hand_over
+from .fsdir import DIR_FLAGS, DIR_MODE, DirChain, DirFd, effective_uid, hand_over
 from .generations import CURRENT_NAME, parse_name
 from .source import FileRun
 
@@ -157,7 +157,7 @@ def make_private_dirs(path: Path) -> None:
 def _hand_over_dir(directory: Path) -> None:
     """A dir made by path (the root and its missing parents) goes to its parent's owner
     when a run as root makes it in a user's home (``fsdir.hand_over``)."""
-    if os.geteuid() != 0:
+    if effective_uid() != 0:
         return
     fd = os.open(directory, DIR_FLAGS)
     try:
@@ -225,11 +225,12 @@ def _make_session_dir(
             created = False
             if not parent.exists(path.name):
                 faults.step("mkdir", path)
-                created = parent.mkdir(path.name)
+                created = parent.mkdir(path.name, hand=False)  # handed over once open, below
                 faults.done("mkdir", path)
             opened.append(DirFd.open(path.name, path, parent))
             if created:
                 made.append(opened[-1])
+                parent.hand_over_child(opened[-1])
                 if deferred is not None:
                     deferred.add(parent.path)
                 else:
