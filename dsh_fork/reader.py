@@ -64,14 +64,21 @@ def read_fd(fd: int, size: int) -> bytes:
 
 
 def stable_read(
-    path: Path, *, retries: int = 1, limit: int | None = None
+    path: Path,
+    *,
+    retries: int = 1,
+    limit: int | None = None,
+    stated: os.stat_result | None = None,
 ) -> tuple[bytes, Identity]:
     """stat → read → stat, one retry; a file that keeps changing is SESSION_STALE. With
     ``limit`` a file larger than that is refused as too large before a byte is read (its size
-    may be a sparse hole: it is never trusted to be memory one may take)."""
+    may be a sparse hole: it is never trusted to be memory one may take). ``stated``: the
+    path's stat the caller has just made (``open_log`` chose by its size), the first
+    attempt's "before" instead of a second stat of the same path."""
     for _ in range(retries + 1):
         try:
-            before = _identity(os.stat(path))
+            before = _identity(stated if stated is not None else os.stat(path))
+            stated = None  # a retry stats again
             if limit is not None and before[2] > limit:
                 raise CorruptLog(
                     f"{path}: a log of {before[2]:,} bytes is read whole here: "
@@ -230,11 +237,14 @@ def open_log(
     wanted = frozenset(collect)
     tracked = frozenset(latest)
     streamed = generation.encoding == "zstd" and generation.version >= 2
-    streamed = streamed and (stream or _larger(generation.path, budget.MAX_WHOLE_READ))
+    stated = None
+    if streamed and not stream:
+        stated = _stat(generation.path)
+        streamed = stated is not None and stated.st_size > budget.MAX_WHOLE_READ
     if streamed:
         log: SessionLog = open_streamed(generation, wanted, tracked)
     else:
-        data, identity = stable_read(generation.path, limit=budget.MAX_WHOLE_READ)
+        data, identity = stable_read(generation.path, limit=budget.MAX_WHOLE_READ, stated=stated)
     if check_dir:
         check_current(generation)
     if streamed:
@@ -280,13 +290,13 @@ def open_log(
     return framed
 
 
-def _larger(path: Path, size: int) -> bool:
-    """Whether the file at ``path`` holds more than ``size`` bytes (a file gone is not: the
-    read that follows says so)."""
+def _stat(path: Path) -> os.stat_result | None:
+    """The stat by which ``open_log`` chooses a whole or a windowed read, and which the whole
+    read starts from; None for a file gone (the read that follows says so)."""
     try:
-        return os.stat(path).st_size > size
+        return os.stat(path)
     except FileNotFoundError:
-        return False
+        return None
 
 
 def parse_recovered(log: SessionLog) -> list[bytes]:
