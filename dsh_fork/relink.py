@@ -197,7 +197,7 @@ def _walk(
     finally:
         walker.sync()
     if not summary.dry_run:  # every copy read back, once every lock of the walk is released
-        summary.unresumable = unresumable(root, summary.copied, walker.catalogs)
+        summary.unresumable = unresumable(root, summary.copied, walker.catalogs, walker.written)
         for item in summary.unresumable:
             log.write(
                 messages.UNRESUMABLE,

@@ -22,6 +22,7 @@ from .catalog import fact_from_descriptor
 from .discovery import Root
 from .errors import DshForkError, IoError, SessionLocked
 from .forkpoint import _APPEND_TYPES
+from .generations import Generation
 from .ids import ClockMs, IdFactory
 from .locking import SessionLock
 from .model import Facts
@@ -94,6 +95,9 @@ class _Walker:
         """The own-range catalog of each parent the walk appended to, as it stood under the
         parent's lock once the frame was written: the read-back (``resumable``) takes it
         instead of reading a parent that is no copy (the fork child) once more."""
+        self.written: dict[str, Generation] = {}
+        """The generation each copy was published as: the read-back (``resumable``) reads
+        it there, without looking the copy up in the root again."""
         self._listed: set[str] | None = None
         self._names: set[str] = set()
 
@@ -209,6 +213,7 @@ class _Walker:
         for (_, copy_id, _, draft), outcome in zip(ready, outcomes, strict=True):
             if isinstance(outcome, writer.Published):
                 seeded.register(self.root, draft, outcome)
+                self.written[copy_id] = seeded.generation_of(outcome)
                 if outcome.temp_left:
                     self.summary.temp_left.add(copy_id)
                 locks.append(outcome.lock)

@@ -15,6 +15,9 @@ is missing. A copy DSH can resume:
 Each copy is read once: a copy is also the parent of the copies below it, so the read that
 checks it collects its catalog too. The catalog of a parent that is no copy (the fork child)
 is the one the walk's append left under the parent's lock, when the walk appended to it.
+Where each copy's log is, the walk that published it says (``written``): the check reads
+that file from disk (with the re-list of its dir every read makes), but does not look the
+copy up in the root again.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from msgspec import Struct
 
 from .discovery import Root
 from .errors import DshForkError
+from .generations import Generation
 from .locking import running
 from .model import Facts, facts_of
 from .reader import open_log
@@ -51,6 +55,7 @@ def unresumable(
     root: Root,
     copied: Iterable[dict[str, Any]],
     appended: Mapping[str, frozenset[str]] | None = None,
+    written: Mapping[str, Generation] | None = None,
 ) -> list[dict[str, str]]:
     """``{id, message}`` of each written copy (rows of a summary's ``copied``, with their
     ``copy`` and ``parent`` ids) that fails the check, in the order given; [] when all pass.
@@ -59,13 +64,17 @@ def unresumable(
     the catalog its children are looked up in. ``appended``: the own-range catalog of each
     parent as the walk left it under the parent's lock, right after appending to it (what
     ``relinkwalk`` knows); only a parent that is no copy of this run and was not appended to
-    is read on its own, once."""
+    is read on its own, once. ``written``: the generation each copy was published as (what
+    the walk knows); a copy missing from it is looked up in the root's listing."""
     rows = [
         (row["copy"], row["parent"])
         for row in copied
         if isinstance(row.get("copy"), str) and isinstance(row.get("parent"), str)
     ]  # a planned copy (dry run) has no ids: nothing was written
-    read = {copy_id: _read_back(root, copy_id) for copy_id, _ in rows}
+    where = written or {}
+    read = {
+        copy_id: _read_back(where.get(copy_id) or _listed(root, copy_id)) for copy_id, _ in rows
+    }
     catalogs: dict[str, Catalog] = dict(appended or {})
     catalogs.update((copy_id, back.catalog) for copy_id, back in read.items())  # as on disk
     failed: list[dict[str, str]] = []
@@ -83,10 +92,15 @@ def unresumable(
     return failed
 
 
-def _read_back(root: Root, copy_id: str) -> _ReadBack:
-    entry = root.entry(copy_id)
-    generation = None if entry is None else entry.generation
-    if entry is None or generation is None:
+def _listed(root: Root, session_id: str) -> Generation | None:
+    """The current generation of a session of the root's listing, if any."""
+    entry = root.entry(session_id)
+    return None if entry is None else entry.generation
+
+
+def _read_back(generation: Generation | None) -> _ReadBack:
+    """The copy whose log is ``generation``, read from disk and checked."""
+    if generation is None:
         return _ReadBack(["it is not on disk"], "it is not on disk")
     try:
         log = open_log(generation, collect=READ_TYPES)
@@ -102,7 +116,7 @@ def _read_back(root: Root, copy_id: str) -> _ReadBack:
         problems.append("it has no own subagent/descriptor")
     if facts.open_turn is not None:
         problems.append(f"it holds an open turn (started at seq {facts.open_turn.start_seq})")
-    if running(entry.session_dir):
+    if running(generation.path.parent):
         problems.append("its session.lock is held")
     return _ReadBack(problems, _catalogued(facts))
 
@@ -113,9 +127,8 @@ def _catalogued(facts: Facts) -> frozenset[str]:
 
 def _own_catalog(root: Root, parent_id: str) -> Catalog:
     """The ids the parent's own-range catalog names, or why the parent cannot be read."""
-    entry = root.entry(parent_id)
-    generation = None if entry is None else entry.generation
-    if entry is None or generation is None:
+    generation = _listed(root, parent_id)
+    if generation is None:
         return "it is not on disk"
     try:
         log = open_log(generation, collect=PARENT_TYPES)

@@ -286,14 +286,15 @@ def _draft(
     return writer.Draft(dirs.path, seeded.header_line(), body, dirs=dirs, fresh=fresh)
 
 
+def generation_of(published: writer.Published) -> Generation:
+    """The generation a publish wrote: always the current version, compressed."""
+    return Generation(published.path, SUPPORTED_VERSION, "zstd")
+
+
 def register(root: Root, draft: writer.Draft, published: writer.Published) -> None:
     """List the published session in the root's listing, so the rest of the run sees it."""
     with contextlib.suppress(DshForkError, OSError):
-        root.register(
-            draft.session_dir,
-            Generation(published.path, SUPPORTED_VERSION, "zstd"),
-            line=draft.header_line[:-1],
-        )
+        root.register(draft.session_dir, generation_of(published), line=draft.header_line[:-1])
 
 
 def write(
