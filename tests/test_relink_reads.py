@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dsh_fork import fsdir, relink
+from dsh_fork import fsdir, resumable
 from dsh_fork.discovery import Root
 from dsh_fork.fixtures import generate
 from dsh_fork.fork import ForkOptions, fork_session
@@ -53,7 +53,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
     seen = Calls()
     real_stat, real_open, real_scandir = os.stat, os.open, os.scandir
     real_entry = Root.entry
-    real_unresumable = getattr(relink, "unresumable")  # noqa: B009 (taken by name there)
+    real_unresumable = resumable.unresumable
 
     def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(path, int):
@@ -93,7 +93,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
     monkeypatch.setattr(os, "scandir", scandir)
     monkeypatch.setattr(os, "geteuid", geteuid)
     monkeypatch.setattr(Root, "entry", entry)
-    monkeypatch.setattr(relink, "unresumable", unresumable)
+    monkeypatch.setattr(resumable, "unresumable", unresumable)
     try:
         yield seen
     finally:
