@@ -21,6 +21,7 @@ CASES = (
     "start-up: --version",
     "start-up: two-turn fork --json",
     "start-up: import msgspec, orjson, zstandard",
+    "start-up: … and as many empty modules",
     "start-up: … and our modules a fork imports",
     "fork, 0.2 MB log",
     "fork --no-agents, 0.2 MB log",

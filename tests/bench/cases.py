@@ -262,12 +262,30 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("dsh_fork"))), file
 """A run of the console script's ``main`` that names the package's modules it imported."""
 
 
+def empty_modules(base: Path, count: int, python: str) -> list[str]:
+    """A package of ``count`` modules in all (the package and ``count - 1`` empty modules in
+    it), compiled, on a path of its own; returns the names to import. What importing that
+    many modules costs whatever they hold: the import machinery's floor."""
+    package = base / "hollow"
+    shutil.rmtree(base, ignore_errors=True)
+    package.mkdir(parents=True)
+    names = ["hollow"]
+    (package / "__init__.py").write_text("")
+    for i in range(1, count):
+        (package / f"m{i}.py").write_text("")
+        names.append(f"hollow.m{i}")
+    subprocess.run([python, "-m", "compileall", "-q", str(package)], check=True)
+    return names
+
+
 def startup(bench: Bench) -> list[Row]:
     """What every run pays before its work: a bare ``--version`` (answered before typer is
-    imported) and a fork of two turns with ``--json``, each against importing typer. Two
+    imported) and a fork of two turns with ``--json``, each against importing typer. Three
     rows beside them say where the fork's start-up goes: importing the runtime dependencies
-    (before any of our code), then also the package's modules the fork imports; the rest of
-    the fork row is the run itself (typer's parsing, the fork, the interpreter's teardown)."""
+    (before any of our code), then also as many empty modules as the fork imports of the
+    package (the floor of any path through that many modules), then instead the package's
+    modules the fork imports; the rest of the fork row is the run itself (typer's parsing,
+    the fork, the interpreter's teardown)."""
     log("start-up …")
     small = two_turns(bench)
     fork = fork_argv(bench, small, ["--json"])
@@ -276,11 +294,20 @@ def startup(bench: Bench) -> list[Row]:
     modules = found.stderr.strip().splitlines()[-1].split()  # the last line: warnings before
     drop_forks(small.root)()
     deps = "import typer, " + ", ".join(RUNTIME_DEPS)
+    hollow_dir = bench.base / "empty-modules"
+    hollow = empty_modules(hollow_dir, len(modules), bench.install.python)
     typer = same([bench.install.python, "-c", "import typer"])
     version = same([bench.install.dsh_fork, "--version"])
     imports = same([bench.install.python, "-c", f"{deps}, {', '.join(modules)}"])
     runtime = same([bench.install.python, "-c", deps])
-    commands = [typer, version, fork, runtime, imports]
+    empty = same(
+        [
+            bench.install.python,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(hollow_dir)!r}); {deps}, {', '.join(hollow)}",
+        ]
+    )
+    commands = [typer, version, fork, runtime, empty, imports]
     runs = bench.rounds(commands, between=drop_forks(small.root))
     floor = Figures.of(runs[0])
     log(f"  a two-turn fork --json imports {len(modules)} modules of the package")
@@ -289,7 +316,8 @@ def startup(bench: Bench) -> list[Row]:
         ("start-up: --version", Figures.of(runs[1]), True),
         ("start-up: two-turn fork --json", Figures.of(runs[2]), True),
         (f"start-up: import {', '.join(RUNTIME_DEPS)}", Figures.of(runs[3]), False),
-        ("start-up: … and our modules a fork imports", Figures.of(runs[4]), False),
+        ("start-up: … and as many empty modules", Figures.of(runs[4]), False),
+        ("start-up: … and our modules a fork imports", Figures.of(runs[5]), False),
     ):
         beyond = figures.cpu - floor.cpu
         rows.append(
