@@ -1,12 +1,14 @@
 """The shape of every ``--json`` document, as msgspec Structs: the one source of the JSON Schemas.
 
-Each command's result builds its document as one of these Structs, in ``to_document``
-(results.py), and ``--json`` prints that Struct as msgspec encodes it, so mypy holds every key a
-command prints to its Struct; ``schemas.py`` turns the same Structs into the JSON Schemas shipped
-in the package (``dsh_fork/schemas/``, printed by ``dsh-fork schema``), and the test suite checks
-every document a command prints against them. A field's place is its key's place in the
-document. To add or change a field: edit its Struct here, set it in the ``to_document`` that
-builds it, then ``make schemas`` (docs/schemas.md).
+Each command's result is, holds or builds its document as one of these Structs (a row or item
+that carries the same facts as its document is the document's Struct, made once where its
+facts are known: docs/schemas.md), ``to_document`` (results.py) returns it, and ``--json``
+prints that Struct as msgspec encodes it, so mypy holds every key a command prints to its
+Struct; ``schemas.py`` turns the same Structs into the JSON Schemas shipped in the package
+(``dsh_fork/schemas/``, printed by ``dsh-fork schema``), and the test suite checks every
+document a command prints against them. A field's place is its key's place in the
+document. To add or change a field: edit its Struct here, set it where the command makes the
+Struct, then ``make schemas`` (docs/schemas.md).
 The documents of fork, salvage and relink and what every document shares are defined in
 forkdocs.py, and named here too: a fork, the command run most often, imports only them.
 

@@ -1,8 +1,9 @@
 """The result protocol every command's result follows, and the JSON documents made of it.
 
 A command returns one typed result. Renderers read its attributes; ``--json`` prints
-``document_of(result)``: the Struct of documents.py the result's ``to_document()`` builds,
-which is the one definition of the document (its schema is generated from the same Struct, and
+``document_of(result)``: the Struct of documents.py the result's ``to_document()`` returns (the
+result's own Struct, made where its facts are known, or built from it), which is the one
+definition of the document (its schema is generated from the same Struct, and
 mypy holds every key and type of ``to_document`` to it). A result whose ``partial()`` is an
 error (some items failed) is still printed in full, then exits 10; under ``--json`` its
 document carries the error beside the result (``error``, the dict ``Partial.to_json`` makes:
