@@ -304,7 +304,7 @@ def startup(bench: Bench) -> list[Row]:
         [
             bench.install.python,
             "-c",
-            f"import sys; sys.path.insert(0, {str(hollow_dir)!r}); {deps}, {', '.join(hollow)}",
+            f"import sys; sys.path.append({str(hollow_dir)!r}); {deps}, {', '.join(hollow)}",
         ]
     )
     commands = [typer, version, fork, runtime, empty, imports]
