@@ -12,7 +12,7 @@ import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import layout, writer
 from . import oplog as messages
@@ -41,6 +41,9 @@ from .sessionarg import locate
 from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
 from .workspace import Workspace, moved_workspace
+
+if TYPE_CHECKING:
+    from .relinkwalk import _Walker
 
 # -- entry points -----------------------------------------------------------------------------
 
@@ -137,7 +140,9 @@ def _run(
     workspace: Workspace | None = None,
     progress: Progress = SILENT,
 ) -> None:
-    """Log, walk and log the summary: the part every entry point shares."""
+    """Log, walk and log the summary: the part every entry point shares. Only a plan with
+    something in it is walked: a fork of a session without subagents loads neither the walk
+    nor the read-back (``relinkwalk``, ``resumable``), which would write and read nothing."""
     total, copies = _counted(level)
     progress.stage("agents planned" if summary.dry_run else "agents copied", total)
     if copies:
@@ -151,7 +156,12 @@ def _run(
             },
         )
     if summary.failed or not level.is_empty():
-        _walk(root, level, summary, top, log, clock, new_id, total, workspace, progress)
+        from .relinkwalk import _Walker
+
+        walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
+        walker.workspace = workspace
+        walker.progress = progress
+        _walk(walker, level, top)
     if summary.catalogued:
         log.write(
             messages.CATALOGUED,
@@ -160,29 +170,13 @@ def _run(
     log.write(messages.COPIED, summary.to_json())
 
 
-def _walk(
-    root: Root,
-    level: _Level,
-    summary: RelinkSummary,
-    top: _Parent,
-    log: OpLog,
-    clock: ClockMs,
-    new_id: IdFactory,
-    total: int,
-    workspace: Workspace | None,
-    progress: Progress,
-) -> None:
-    """Log the failures found before the walk, walk the plan, read every copy back. Only a
-    plan with something in it comes here: a fork of a session without subagents loads
-    neither the walk nor the read-back, which would write and read nothing."""
-    from .relinkwalk import _Walker
+def _walk(walker: _Walker, level: _Level, top: _Parent) -> None:
+    """Log the failures found before the walk, walk the plan, read every copy back."""
     from .resumable import unresumable
 
-    walker = _Walker(root, summary, log, clock=clock, new_id=new_id, total=total)
-    walker.workspace = workspace
-    walker.progress = progress
+    summary, log = walker.summary, walker.log
     for failure in summary.failed:  # found before the walk (unreadable sessions)
-        walker.log.write(
+        log.write(
             messages.CHILD_FAILED,
             {
                 "forkChild": summary.fork_child,
@@ -197,7 +191,9 @@ def _walk(
     finally:
         walker.sync()
     if not summary.dry_run:  # every copy read back, once every lock of the walk is released
-        summary.unresumable = unresumable(root, summary.copied, walker.catalogs, walker.written)
+        summary.unresumable = unresumable(
+            walker.root, summary.copied, walker.catalogs, walker.written
+        )
         for item in summary.unresumable:
             log.write(
                 messages.UNRESUMABLE,
