@@ -540,17 +540,18 @@ def _list_entry(
         else:
             line = read_header_line(dir_text + os.sep + name, encoding)
     except DshForkError as exc:
-        entry.error = exc
         generation = entry.generation
         assert generation is not None
-        entry.raw_fields = peek_fields(generation)
+        entry.refuse(exc, peek_fields(generation))
         return entry
     except OSError as exc:
         reason = exc.strerror or str(exc) or type(exc).__name__
-        entry.error = IoError(
-            f"cannot read the session log in {dir_text}: {reason}",
-            errno=exc.errno,
-            path=os.path.join(dir_text, name),
+        entry.refuse(
+            IoError(
+                f"cannot read the session log in {dir_text}: {reason}",
+                errno=exc.errno,
+                path=os.path.join(dir_text, name),
+            )
         )
         return entry
     entry._line = line

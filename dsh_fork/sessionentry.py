@@ -317,20 +317,18 @@ class SessionEntry:
         self._settle()
         return self._error
 
-    @error.setter
-    def error(self, value: DshForkError | None) -> None:
-        self._given()
-        self._error = value
-
     @property
     def raw_fields(self) -> dict[str, object] | None:
         self._settle()
         return self._raw_fields
 
-    @raw_fields.setter
-    def raw_fields(self, value: dict[str, object] | None) -> None:
-        self._lin = None
-        self._raw_fields = value
+    def refuse(self, error: DshForkError, raw_fields: dict[str, object] | None = None) -> None:
+        """A caller found the header unreadable itself: ``error`` says why, ``raw_fields``
+        what its line holds when it is a JSON object (``peek_fields``), from which the
+        lineage facts are then taken."""
+        self._given()
+        self._error = error
+        self._raw_fields = raw_fields
 
     # -- lineage ----------------------------------------------------------------------------
 
@@ -423,10 +421,12 @@ def birth_order(entry: SessionEntry) -> tuple[int, str]:
 def _linked(dir_text: str, what: str = "session directory") -> SessionEntry:
     """An entry for a dir that is a symbolic link: named with its refusal, never followed."""
     entry = SessionEntry._from_listing(dir_text, ())
-    entry.error = IoError(
-        f"refusing to read the {what} {dir_text}: it is a symbolic link (never followed)",
-        errno=errno.ELOOP,
-        path=dir_text,
+    entry.refuse(
+        IoError(
+            f"refusing to read the {what} {dir_text}: it is a symbolic link (never followed)",
+            errno=errno.ELOOP,
+            path=dir_text,
+        )
     )
     entry.sizes = (0, 0)  # not measured either: the link's target lies anywhere
     return entry
@@ -436,10 +436,8 @@ def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> S
     """An entry for a dir that cannot be listed: named, with its error, never dropped."""
     entry = SessionEntry._from_listing(dir_text, ())
     reason = exc.strerror or str(exc) or type(exc).__name__
-    entry.error = IoError(
-        f"cannot read the {what} {dir_text}: {reason}",
-        errno=exc.errno,
-        path=dir_text,
+    entry.refuse(
+        IoError(f"cannot read the {what} {dir_text}: {reason}", errno=exc.errno, path=dir_text)
     )
     return entry
 
@@ -463,7 +461,7 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
     if stat.S_ISREG(mode):
         return None
     entry = SessionEntry._from_listing(dir_text, ())
-    entry.error = not_regular(path, mode)
+    entry.refuse(not_regular(path, mode))
     return entry
 
 
