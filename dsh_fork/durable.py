@@ -184,6 +184,16 @@ def _ensure_root(root: Path, deferred: set[Path] | None) -> None:
         fsync_dir(root.parent)
 
 
+def _open_root(root: Path, deferred: set[Path] | None) -> DirFd:
+    """The root held open, made first only when the open finds it missing: a relink opens it
+    once per copy, and a look before each open (``lexists``) would be one more stat each."""
+    try:
+        return DirFd.open(root, root)
+    except FileNotFoundError:
+        _ensure_root(root, deferred)
+        return DirFd.open(root, root)
+
+
 @_io
 def ensure_session_dir(
     root: Path, project: str, segment: str, *, deferred: set[Path] | None = None
@@ -215,9 +225,8 @@ def open_session_dir(
 def _make_session_dir(
     root: Path, project: str, segment: str, deferred: set[Path] | None
 ) -> tuple[DirChain, bool]:
-    _ensure_root(root, deferred)
     session_dir = root / project / segment
-    opened = [DirFd.open(root, root)]
+    opened = [_open_root(root, deferred)]
     made: list[DirFd] = []
     try:
         for path in (root / project, session_dir):
