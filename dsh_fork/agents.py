@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct, field
 
-from . import documents as docs
+from . import sessiondocs as docs
 from .catalog import fact_from_descriptor
 from .discovery import Root
 from .errors import CorruptLog, DshForkError, Partial, UnsupportedFormat

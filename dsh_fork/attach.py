@@ -17,8 +17,8 @@ from pathlib import Path
 
 from msgspec import Struct, field
 
-from . import documents as docs
 from . import joining, registry
+from . import registrydocs as docs
 from .discovery import Root
 from .errors import DshForkError, Partial, UsageError
 from .generations import Generation

@@ -28,7 +28,7 @@ import orjson
 from msgspec import Struct
 
 from . import __version__, tarstream
-from . import documents as docs
+from . import archivedocs as docs
 from . import frames as zframes
 from .errors import CorruptLog, DshForkError, UnsupportedFormat, UsageError
 from .generations import CURRENT_NAME, SUPPORTED_VERSION, Generation

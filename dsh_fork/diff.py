@@ -14,7 +14,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from . import documents as docs
+from . import sessiondocs as docs
 from .agents import list_agents, row_document
 from .kinds import header_kind
 from .model import MODEL_TYPES, facts_of

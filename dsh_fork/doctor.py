@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from msgspec import UNSET, Struct, field
 
-from . import documents as docs
+from . import rootdocs as docs
 from .discovery import Root
 from .errors import IoError, Partial, SessionNotFound, UnsupportedFormat
 from .findings import SEVERITIES, Severity
@@ -38,6 +38,7 @@ from .progress import SILENT, Progress
 from .records import header_version
 from .results import SCHEMA_VERSION, Documented
 from .sessionarg import locate
+from .sessiondocs import Counts
 from .sessionentry import SessionEntry
 from .validation import DirCheck, binding_problem, check_dir
 
@@ -92,7 +93,7 @@ class DoctorReport(Documented, Struct):
             encoding=self.encoding,
             sessions=self.sessions,
             findings=[f.to_document() for f in self.findings],
-            counts=docs.Counts(**self.counts()),
+            counts=Counts(**self.counts()),
         )
 
     @property

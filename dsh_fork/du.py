@@ -28,7 +28,7 @@ from typing import TypeVar, cast
 
 from msgspec import Struct, field
 
-from . import documents as docs
+from . import rootdocs as docs
 from .discovery import Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of

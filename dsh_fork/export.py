@@ -39,8 +39,8 @@ from typing import IO
 
 from msgspec import Struct, field
 
+from . import archivedocs as docs
 from . import bundle
-from . import documents as docs
 from . import frames as zframes
 from .bundle import BundleSession, Manifest, Role
 from .discovery import Root

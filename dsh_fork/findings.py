@@ -18,7 +18,7 @@ from msgspec import UNSET, Struct
 from .results import Documented
 
 if TYPE_CHECKING:
-    from . import documents
+    from . import sessiondocs
 
 
 Severity = Literal["error", "warning", "info"]
@@ -37,11 +37,11 @@ class Finding(Documented, Struct, frozen=True):
     message: str
     seq: int | None = None
 
-    def to_document(self) -> documents.LogFinding:
-        from . import documents
+    def to_document(self) -> sessiondocs.LogFinding:
+        from . import sessiondocs
 
         seq = UNSET if self.seq is None else self.seq
-        return documents.LogFinding(self.severity, self.code, self.message, seq)
+        return sessiondocs.LogFinding(self.severity, self.code, self.message, seq)
 
 
 def counts(findings: Iterable[Finding]) -> dict[str, int]:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from msgspec import UNSET, Struct, field
 
-from . import documents as docs
+from . import archivedocs as docs
 from . import frames as zframes
 from .durable import ensure_session_dir
 from .errors import Partial, UsageError

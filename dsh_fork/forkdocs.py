@@ -1,9 +1,9 @@
 """The documents of fork, salvage and relink, and what every document shares: its errors, the
 PARTIAL member beside a result, ``schemaVersion``.
 
-They live apart from the other documents (documents.py, which names them too) because a fork is
-the command run most often: printing its document imports these and not the Structs of every
-other command (about 3 ms of a start-up). What documents.py says of its Structs holds here.
+They live apart from the other families (documents.py names them all) because a fork is the
+command run most often: printing its document imports these and not the Structs of every other
+command (about 3 ms of a start-up). What documents.py says of its Structs holds here.
 """
 
 from __future__ import annotations

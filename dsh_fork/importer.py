@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from msgspec import Struct, field
 
 from . import appending, bundle, durable, seeded, tarstream, writer
-from . import documents as docs
+from . import archivedocs as docs
 from . import frames as zframes
 from .bundle import BundleSession, CheckedLog, Manifest, Member
 from .catalog import fact_from_descriptor

@@ -19,12 +19,13 @@ from typing import Any
 import orjson
 from msgspec import UNSET, Struct, field
 
-from . import documents as docs
 from . import frames as zframes
+from . import sessiondocs as docs
 from .budget import CHECK_MIN_BYTES, check_line
 from .errors import CorruptLog, Partial, UnsupportedFormat
 from .eventcheck import Validator
 from .findings import Finding, counts
+from .forkdocs import Turn
 from .generations import list_generations, non_canonical_files, select
 from .locking import LockState, probe
 from .logindex import Chunk
@@ -232,7 +233,7 @@ class InspectReport(Documented, Struct):
     last_inherited_time: int | None
     findings: list[Finding]
     warnings: list[str]
-    turn_list: list[docs.Turn] | None = None
+    turn_list: list[Turn] | None = None
     """One summary per turn (``inspect --turns``), else None."""
 
     @property

@@ -30,7 +30,7 @@ from .reader import current_generation, read_header
 from .records import Header
 
 if TYPE_CHECKING:
-    from . import documents
+    from . import registrydocs
 
 JoinStatus = Literal["joined", "would-join", "already", "none", "skipped", "refused"]
 """joined: written; would-join: a dry run's plan; already: listed there before; none: no
@@ -57,12 +57,12 @@ def unjoined(session: str | None, status: JoinStatus, reason: str | None) -> Wor
     return WorkspaceJoin(session, status, None, None, None, reason, False)
 
 
-def placed(join: WorkspaceJoin, cwd: str | None, was: str | None) -> documents.PlacedSession:
+def placed(join: WorkspaceJoin, cwd: str | None, was: str | None) -> registrydocs.PlacedSession:
     """An attached session's entry: its join, with its cwd and the title of the workspace
     that listed it before (a moved session), else None."""
-    from . import documents
+    from . import registrydocs
 
-    return documents.PlacedSession(
+    return registrydocs.PlacedSession(
         session=join.session,
         status=join.status,
         workspace=join.workspace,

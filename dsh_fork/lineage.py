@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct, field
 
-from . import documents as docs
+from . import rootdocs as docs
 from .discovery import Root
 from .errors import DshForkError
 from .generations import Generation

@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Literal
 import msgspec
 from msgspec import Struct, field
 
-from . import documents as docs
 from . import registry
+from . import rootdocs as docs
 from .discovery import Root
 from .errors import DshForkError, Partial, UsageError
 from .kinds import HEADER_KINDS, HeaderKind, KindRule, header_kind

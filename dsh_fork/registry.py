@@ -39,7 +39,7 @@ from .errors import DshForkError
 from .times import iso_ms
 
 if TYPE_CHECKING:
-    from . import documents
+    from . import rootdocs
 
 UNIT_NAME = "workspace"
 UNIT_VERSION = 2
@@ -199,17 +199,17 @@ class Registry:
         record = self.listing(session_id)
         return record is not None and real_cwd(cwd) == record.path
 
-    def placement(self, session_id: str, cwd: str | None) -> documents.Placement | None:
+    def placement(self, session_id: str, cwd: str | None) -> rootdocs.Placement | None:
         """The record listing the session and whether it is a member there (its
         ``realpath(cwd)`` is the record's path; else it moved away), as list and tree print
         it; None when no record lists it (DSH shows it as Ungrouped, if it is visible)."""
         record = self.listing(session_id)
         if record is None:
             return None
-        from . import documents  # only list and tree place sessions
+        from . import rootdocs  # only list and tree place sessions
 
         member = real_cwd(cwd) == record.path
-        return documents.Placement(record.id, record.title, record.path, member)
+        return rootdocs.Placement(record.id, record.title, record.path, member)
 
     def describe(self) -> str:
         """Why no edit may be written, as a warning's tail."""

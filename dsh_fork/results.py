@@ -1,7 +1,7 @@
 """The result protocol every command's result follows, and the JSON documents made of it.
 
 A command returns one typed result. Renderers read its attributes; ``--json`` prints
-``document_of(result)``: the Struct of documents.py the result's ``to_document()`` returns (the
+``document_of(result)``: the document Struct the result's ``to_document()`` returns (the
 result's own Struct, made where its facts are known, or built from it), which is the one
 definition of the document (its schema is generated from the same Struct, and
 mypy holds every key and type of ``to_document`` to it). A result whose ``partial()`` is an
@@ -44,7 +44,7 @@ class Result(Protocol):
 
 
 class Documented:
-    """A value whose JSON is a Struct of documents.py: a subclass builds it in
+    """A value whose JSON is a document Struct (documents.py): a subclass builds it in
     ``to_document``; ``to_json`` is that Struct as plain JSON values (camelCase keys, in the
     Struct's order, UNSET fields left out) but for ``schemaVersion``, never a second
     definition of its keys."""
@@ -61,7 +61,7 @@ class Documented:
 
 
 def plain(value: msgspec.Struct) -> dict[str, Any]:
-    """A Struct of documents.py as the dict its JSON encoding reads back as."""
+    """A document Struct (documents.py) as the dict its JSON encoding reads back as."""
     return cast(dict[str, Any], msgspec.to_builtins(value, enc_hook=listed))
 
 
@@ -147,6 +147,6 @@ def listed(value: Any) -> Any:
 
 def error_document(error: DshForkError) -> dict[str, Any]:
     """The ``--json`` document of a command that ended with an error (no result). An error
-    object is open (each error adds the details that apply, documents.Error names the common
+    object is open (each error adds the details that apply, forkdocs.Error names the common
     ones), so it stays the dict ``to_json`` makes, here and beside a partial result."""
     return {"schemaVersion": SCHEMA_VERSION, "error": error.to_json()}

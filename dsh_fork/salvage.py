@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from . import documents as docs
+from . import forkdocs as docs
 from . import frames as zframes
 from .errors import CorruptLog, UsageError
 from .fork import ForkOptions, ForkResult, fork

@@ -34,8 +34,8 @@ from typing import Any, NamedTuple, cast
 import orjson
 from msgspec import Struct, field
 
-from . import documents as docs
 from . import frames as zframes
+from . import searchdocs as docs
 from .discovery import Root
 from .envelopes import typed_run
 from .errors import DshForkError, IoError, UsageError

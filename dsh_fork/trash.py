@@ -30,8 +30,8 @@ import msgspec
 import orjson
 from msgspec import Struct, field
 
-from . import documents as docs
 from . import faults
+from . import registrydocs as docs
 from .discovery import Root
 from .display import counted
 from .errors import (

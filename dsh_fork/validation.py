@@ -25,7 +25,7 @@ from .records import Event, Header, header_version
 from .sessionlog import SessionLog
 
 if TYPE_CHECKING:
-    from . import documents
+    from . import sessiondocs
 
 
 # -- file-level rules -------------------------------------------------------------------------
@@ -85,10 +85,10 @@ class GenerationInfo(Struct, frozen=True):
     turn_ends: int | None
     error: str | None = None
 
-    def to_document(self, chosen: bool) -> documents.GenerationFile:
-        from . import documents
+    def to_document(self, chosen: bool) -> sessiondocs.GenerationFile:
+        from . import sessiondocs
 
-        return documents.GenerationFile(
+        return sessiondocs.GenerationFile(
             version=self.generation.version,
             file=self.generation.name,
             encoding=self.generation.encoding,

@@ -1,5 +1,5 @@
-"""The JSON Schemas the package ships (made from dsh_fork/documents.py), loaded once, and the
-check every JSON test runs."""
+"""The JSON Schemas the package ships (made from the Structs dsh_fork/documents.py names),
+loaded once, and the check every JSON test runs."""
 
 from __future__ import annotations
 

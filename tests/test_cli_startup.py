@@ -169,6 +169,11 @@ LAZY = (
     "hashlib",
     "secrets",
     "dsh_fork.documents",
+    "dsh_fork.sessiondocs",
+    "dsh_fork.rootdocs",
+    "dsh_fork.archivedocs",
+    "dsh_fork.searchdocs",
+    "dsh_fork.registrydocs",
     "shlex",
     "unicodedata",
     "encodings.utf_16_le",
@@ -176,10 +181,10 @@ LAZY = (
 )
 """What a fork printing JSON has no use for: rich draws only on a terminal, OpenSSL (which
 ``secrets`` loads) is not how temp names are drawn, the documents of the other commands
-(documents.py) are not the fork's (forkdocs.py), ``shlex`` quotes only the rerun a partial
-fork names, the Unicode tables check only an id that is not printable ASCII, the UTF-16
-codec encodes only a cwd or an id that is not ASCII, and a session without subagents leaves
-relink nothing to walk (``WALK``)."""
+(their own ``*docs`` modules, and documents.py) are not the fork's (forkdocs.py), ``shlex``
+quotes only the rerun a partial fork names, the Unicode tables check only an id that is not
+printable ASCII, the UTF-16 codec encodes only a cwd or an id that is not ASCII, and a session
+without subagents leaves relink nothing to walk (``WALK``)."""
 LAZY_PROBE = probe(
     "' '.join(sorted(({*sys.modules} | {m.split('.')[0] for m in sys.modules}) & "
     f"{set(LAZY)!r}))"

@@ -29,8 +29,8 @@ from schemakit import check
 
 from dsh_fork import bundle, faults, reader, tarstream
 from dsh_fork import frames as zframes
+from dsh_fork.archivedocs import BundleFile
 from dsh_fork.discovery import Root
-from dsh_fork.documents import BundleFile
 from dsh_fork.errors import (
     CorruptLog,
     SessionAlreadyExists,

@@ -1,6 +1,6 @@
 """The ``--json`` writer: one document, indented by two, its long lists written in chunks.
 
-A document is a Struct of documents.py (or, for an error, a dict), encoded by msgspec: UNSET
+A document is a document Struct (or, for an error, a dict), encoded by msgspec: UNSET
 fields left out, keys in the Struct's order. Its ``Rows`` (``results.rows``: a root's 100,000
 nodes or sessions) are converted and encoded ``CHUNK`` items at a time, and written between the
 parts of the rest of the document, which is encoded once around a placeholder for each. A chunk

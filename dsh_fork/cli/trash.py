@@ -14,7 +14,7 @@ from .base import Out, app, emit, fail, iso, root_of, run
 from .options import dry_run_option, json_option, root_option, sessions_argument
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
-    from ..documents import TrashEntry
+    from ..registrydocs import TrashEntry
     from ..trash import EmptyResult, RestoreResult, TrashList, TrashResult
 
 
