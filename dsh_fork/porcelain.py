@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # each command imports only the library it runs
     from .doctor import DoctorReport
     from .du import DiskUsage
     from .export import ExportOptions, ExportResult
-    from .fixtures import FixtureSummary
+    from .fixtureroot import FixtureSummary
     from .fork import ForkOptions, ForkResult
     from .importer import ImportOptions, ImportResult
     from .inspect import InspectReport
@@ -345,7 +345,7 @@ def du(
 
 
 def fixture(out_root: Path, **options: Any) -> FixtureSummary:
-    """``fixture``: the options are those of ``fixtures.generate``, passed through."""
-    from .fixtures import generate
+    """``fixture``: the options are those of ``fixtureroot.generate``, passed through."""
+    from .fixtureroot import generate
 
     return generate(out_root, **options)

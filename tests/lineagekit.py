@@ -14,7 +14,8 @@ import pytest
 from conftest import SHARED
 
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_log_file
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, write_log_file
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
 from dsh_fork.layout import session_dir

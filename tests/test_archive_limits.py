@@ -24,7 +24,7 @@ import zstandard
 from conftest import run_cli
 from safetykit import PEAK_LINE, peaked_run
 
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 
 PEAK_LIMIT_MB = 100
 HEADROOM_MIB = 100

@@ -18,7 +18,8 @@ from schemakit import check
 from dsh_fork import registry, storage
 from dsh_fork.attach import attach_all
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 
 
 def reg_file(root: Path) -> Path:

@@ -38,7 +38,7 @@ def test_fixture_refuses_a_non_empty_out_root(tmp_path: Path) -> None:
 
 def test_the_installed_command_ignores_the_fault_variable(tmp_path: Path) -> None:
     """DSH_FORK_FAULT is the test suite's seam: the command itself never honours it."""
-    from dsh_fork.fixtures import generate
+    from dsh_fork.fixtureroot import generate
 
     root = tmp_path / "home" / "sessions"
     summary = generate(root, sessions=1, agents=0, depth=0, turns=1, seed=3)

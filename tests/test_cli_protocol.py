@@ -19,7 +19,8 @@ from schemakit import check, names
 from dsh_fork import faults
 from dsh_fork.discovery import Root
 from dsh_fork.errors import ALL_ERRORS, EXIT_CODES
-from dsh_fork.fixtures import Clock, SessionSpec, generate, write_spec_as
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_cli
 from schemakit import check
 
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 
 WHOLE_ROOT = [["doctor"], ["relink", "--all"], ["list"]]
 LOOKUPS = [["inspect", "x"], ["list-agents", "x"], ["fork", "x"], ["relink", "x"]]

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from dsh_fork.cli import app as app_module
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 
 COMMAND_MODULES = {"doctor", "fixture", "fork", "inspect", "list_agents", "relink"}
 SHARED_MODULES = {"app", "argv", "base", "options", "progress"}

@@ -15,7 +15,8 @@ from dsh_fork import frames as zframes
 from dsh_fork import reader, validation
 from dsh_fork.discovery import Root
 from dsh_fork.doctor import doctor
-from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 
 BLOG = "session-41279f7e-cbd2-4124-8b98-f51118f00bc9"

@@ -13,7 +13,8 @@ from relinkkit import CWD, fork_of, legacy_copy, subagent
 from dsh_fork import kinds, relinkplan
 from dsh_fork.discovery import Root
 from dsh_fork.doctor import doctor
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.generations import Generation
 from dsh_fork.kinds import KindRule
 from dsh_fork.reader import open_log

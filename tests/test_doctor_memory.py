@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dsh_fork.discovery import Root
 from dsh_fork.doctor import doctor
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 
 PER_SESSION_BYTES = 1_500
 """What the pass may hold per session at its end (the listed form takes about 800 bytes; a

@@ -38,7 +38,8 @@ from dsh_fork.errors import (
     UsageError,
 )
 from dsh_fork.export import export_session
-from dsh_fork.fixtures import Clock, SessionSpec, generate, write_spec_as
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.importer import ImportOptions, ImportResult, import_bundle
 from dsh_fork.layout import project_dir_name

@@ -27,7 +27,7 @@ from userkit import NOBODY, as_user
 
 import dsh_fork
 from dsh_fork.errors import DshForkError
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.importer import ImportOptions, import_bundle
 

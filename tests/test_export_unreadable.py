@@ -18,7 +18,7 @@ import pytest
 from conftest import log_header, run_cli
 from schemakit import check
 
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.generations import CURRENT_NAME
 
 PROJECT = "--fixture-project-0--"

@@ -12,7 +12,8 @@ from conftest import log_events, log_header, log_lines, run_cli
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
 from dsh_fork.errors import UsageError
-from dsh_fork.fixtures import FIXTURE_EPOCH_MS, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import FIXTURE_EPOCH_MS
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, Generation
 from dsh_fork.layout import encode_segment, project_key
 from dsh_fork.model import MODEL_TYPES, CatalogEntry, facts_of

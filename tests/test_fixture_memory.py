@@ -12,7 +12,7 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 
 PER_SESSION_BYTES = 1_500
 """The peak per session (one tree at a time: about 600 bytes; the whole root in memory held

@@ -13,7 +13,8 @@ from conftest import SAMPLES, log_events, log_header, run_cli, tree_listing
 
 from dsh_fork.discovery import Root
 from dsh_fork.errors import Partial
-from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, write_spec_as
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, write_spec_as
 from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.locking import probe

@@ -16,7 +16,8 @@ import pytest
 from conftest import log_header, log_lines, run_cli
 
 from dsh_fork.errors import UsageError
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.importer import ImportOptions, import_bundle

@@ -18,7 +18,8 @@ from relinkkit import CWD, fork_of, session_path, subagent
 from dsh_fork import frames as zframes
 from dsh_fork import reader
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME
 

@@ -22,7 +22,8 @@ from schemakit import check
 
 from dsh_fork import titles
 from dsh_fork.errors import UsageError
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.fork import ForkOptions, ForkResult, fork_session
 from dsh_fork.generations import list_generations, select
 from dsh_fork.reader import open_log

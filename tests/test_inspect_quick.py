@@ -28,7 +28,8 @@ from dsh_fork import inspect as inspect_module
 from dsh_fork.errors import CorruptLog, DshForkError
 from dsh_fork.eventcheck import Validator
 from dsh_fork.findings import Finding
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.generations import MAX_SAFE_INTEGER, list_generations
 from dsh_fork.model import Facts
 from dsh_fork.records import dumps_record, parse_event, parse_header

@@ -19,7 +19,7 @@ from lineagekit import generate_oddities
 from dsh_fork.cli import jsonout
 from dsh_fork.discovery import Root
 from dsh_fork.du import disk_usage_of
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.inspect import inspect_arg
 from dsh_fork.lineage import lineage_of
 from dsh_fork.listing import list_sessions

@@ -18,7 +18,8 @@ from relinkkit import CWD, fork_of, session_path, subagent
 
 from dsh_fork import frames as zframes
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import DAMAGES, Clock, SessionSpec, damage, write_spec_as
+from dsh_fork.fixturedamage import DAMAGES, damage
+from dsh_fork.fixtures import Clock, SessionSpec, write_spec_as
 from dsh_fork.kinds import (
     Evidence,
     KindRule,

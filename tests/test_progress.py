@@ -13,7 +13,8 @@ from relinkkit import fork_of, subagent
 from dsh_fork import porcelain
 from dsh_fork.cli import progress as cli_progress
 from dsh_fork.cli.base import Out, state
-from dsh_fork.fixtures import Clock, SessionSpec, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.fork import ForkOptions
 from dsh_fork.porcelain import Context
 from dsh_fork.progress import SILENT

@@ -37,7 +37,8 @@ from dsh_fork import appending, faults, forkpoint, relinkplan, relinkwalk, seede
 from dsh_fork import relink as relink_module
 from dsh_fork.discovery import Root
 from dsh_fork.errors import DshForkError, SessionLocked, UnsupportedFormat, UsageError
-from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.forkpoint import fork_point as make_fork_point
 from dsh_fork.layout import project_key
 from dsh_fork.locking import probe

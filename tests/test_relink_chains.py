@@ -29,7 +29,8 @@ from safetykit import crash_state_problems, files_under, snapshot
 
 from dsh_fork import faults
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, FixtureSummary, generate
+from dsh_fork.fixtureroot import FixtureSummary, generate
+from dsh_fork.fixtures import Clock
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.relink import relink, relink_all
 from dsh_fork.relinkresult import RelinkAllResult

@@ -16,7 +16,7 @@ import pytest
 
 from dsh_fork import fsdir, resumable
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME
 from dsh_fork.relink import relink_arg

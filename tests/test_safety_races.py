@@ -22,7 +22,8 @@ from safetykit import count
 
 from dsh_fork import faults
 from dsh_fork.errors import DshForkError
-from dsh_fork.fixtures import Clock, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.importer import ImportOptions, import_bundle
 from dsh_fork.layout import encode_segment, project_key

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.listing import list_sessions
 
 PER_SESSION_BYTES = 1_200

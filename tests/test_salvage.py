@@ -10,7 +10,9 @@ from conftest import log_events, log_lines, run_cli, tree_digest
 from schemakit import check
 
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import DAMAGES, Clock, SessionSpec, damage, generate
+from dsh_fork.fixturedamage import DAMAGES, damage
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.generations import list_generations
 
 LATER = Clock(start=1767300000000)

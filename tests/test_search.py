@@ -13,7 +13,8 @@ from conftest import log_events, run_cli, tree_digest
 from schemakit import check
 
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import Clock, SessionSpec, generate, planted_phrase
+from dsh_fork.fixtureroot import generate, planted_phrase
+from dsh_fork.fixtures import Clock, SessionSpec
 from dsh_fork.generations import list_generations
 from dsh_fork.layout import encode_segment, project_dir_name
 from dsh_fork.reader import open_log

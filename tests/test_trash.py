@@ -17,7 +17,7 @@ from schemakit import check
 
 from dsh_fork import faults, registry
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.trash import TRASH_DIR, restore, trash
 
 KEY = "session-"

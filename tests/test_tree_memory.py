@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from dsh_fork import porcelain
-from dsh_fork.fixtures import generate
+from dsh_fork.fixtureroot import generate
 from dsh_fork.porcelain import Context
 
 SMALL, LARGE = 50, 500

@@ -11,7 +11,8 @@ import pytest
 
 from dsh_fork import frames as zframes
 from dsh_fork.findings import FINDINGS_PER_CODE, Finding, counts
-from dsh_fork.fixtures import Clock, SessionSpec, generate, write_log_file, write_spec_as
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import Clock, SessionSpec, write_log_file, write_spec_as
 from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.validation import check_dir, validate_dir
 from dsh_fork.vocabulary import KNOWN_V4_TYPES

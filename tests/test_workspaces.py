@@ -23,7 +23,8 @@ from conftest import run_cli
 from dsh_fork import registry
 from dsh_fork.discovery import Root
 from dsh_fork.export import export_session
-from dsh_fork.fixtures import FIXTURE_EPOCH_MS, generate
+from dsh_fork.fixtureroot import generate
+from dsh_fork.fixtures import FIXTURE_EPOCH_MS
 from dsh_fork.times import iso_ms
 
 NOW = FIXTURE_EPOCH_MS + 86_400_000

@@ -12,7 +12,7 @@ from .options import json_option
 from .progress import metered
 
 if TYPE_CHECKING:  # the library is imported by the command itself, only when it runs
-    from ..fixtures import FixtureSummary
+    from ..fixtureroot import FixtureSummary
 
 
 @app.command(

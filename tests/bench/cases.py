@@ -24,7 +24,8 @@ from pathlib import Path
 
 import zstandard
 
-from dsh_fork.fixtures import Clock, Ids, SessionSpec, generate, planted_phrase, write_log_file
+from dsh_fork.fixtureroot import generate, planted_phrase
+from dsh_fork.fixtures import Clock, Ids, SessionSpec, write_log_file
 from dsh_fork.fork import ForkOptions, fork_session
 from dsh_fork.generations import CURRENT_NAME, LOCK_NAME, list_generations
 from dsh_fork.layout import session_dir
