@@ -1,17 +1,8 @@
-"""``trash`` and ``restore``: a session with its family out of the root and back, by renames.
+"""``trash`` and ``restore``: a session with its family out of the root and back, by renames;
+``trash --list`` and ``--empty``.
 
-The trash lies in the root's home (the root's parent, as DSH's own ``$DSH_HOME/sessions``):
-``<home>/dsh-fork-trash/<UTC time>-<short id>/``, an entry holding the sessions' dirs in the
-root's ``<project dir>/<session dir>`` layout and ``manifest.json``, which says what came from
-where. Every session dir moves by one ``rename`` on the same file system (refused across file
-systems), so it is whole in exactly one place at every moment, with its owner, modes and times.
-
-The manifest is written first, as the intent (``state: trashing``), then the dirs move, then it
-says ``trashed``; a restore rewrites it as ``restoring``, moves the dirs back and removes the
-entry. What is on disk is the truth: where a session dir is tells where it is, and a run that
-finds an entry still ``trashing`` or ``restoring`` (a crash) finishes its moves first
-(``settle``). A crash before the manifest exists leaves an entry with no manifest and no
-session, which ``settle`` removes.
+Each command settles what a crash interrupted first, then plans from what is on disk: the
+trash and its entries are trashentry.py, the moves and the registry edit trashmoves.py.
 """
 
 from __future__ import annotations
@@ -20,17 +11,12 @@ import contextlib
 import errno
 import os
 import re
-import shutil
 import stat
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final, Literal, cast
+from typing import Any
 
-import msgspec
-import orjson
 from msgspec import Struct, field
 
-from . import faults
 from . import registrydocs as docs
 from .discovery import Root
 from .display import counted
@@ -42,67 +28,31 @@ from .errors import (
     SessionNotFound,
     UsageError,
 )
-from .fsdir import DIR_MODE, DirFd
+from .fsdir import DirFd
 from .generations import dir_bytes
 from .ids import now_ms
 from .kinds import KindRule
 from .locking import running
-from .results import SCHEMA_VERSION, Documented, Whole, plain
+from .results import SCHEMA_VERSION, Whole
 from .sessionarg import locate
 from .sessionentry import SessionEntry
 from .times import iso_ms
-
-TRASH_DIR = "dsh-fork-trash"
-MANIFEST = "manifest.json"
-MANIFEST_TEMP = ".manifest.json.tmp"
-MANIFEST_VERSION = 1
-TRASHING: Final = "trashing"
-TRASHED: Final = "trashed"
-RESTORING: Final = "restoring"
-_ENTRY_NAME = re.compile(r"^\d{8}T\d{6}(?:\d{3})?Z-[A-Za-z0-9._-]+$")
-
-
-Moved = docs.TrashedSession
-"""One session of an entry: where it came from, what it was (``_moved``, or an entry's
-manifest read back), where it is now (``where``, from what is on disk: ``_where``), and the
-workspace record that listed it when it was trashed (its id), to re-attach it."""
-
-
-def _stored(moved: Moved) -> dict[str, Any]:
-    """A session as the entry's manifest keeps it: all but where it is now."""
-    out = plain(moved)
-    del out["where"]
-    return out
-
-
-class Entry(Documented, Struct):
-    """A trash entry: its document (its manifest, and where each of its sessions is now),
-    made once where the entry is made or read back (``_entry``), and the mode of each project
-    dir the sessions came from (to make it again on restore)."""
-
-    doc: docs.TrashEntry
-    modes: dict[str, int] = field(default_factory=dict)
-
-    def to_document(self) -> docs.TrashEntry:
-        return self.doc
-
-    def fields(self) -> dict[str, Any]:
-        """The fields of its ``TrashEntry``, which the trash and restore documents extend."""
-        return msgspec.structs.asdict(self.doc)
-
-    def manifest(self) -> bytes:
-        doc = self.doc
-        document = {
-            "version": MANIFEST_VERSION,
-            "root": doc.root,
-            "created": doc.created,
-            "state": doc.state,
-            "named": doc.named,
-            "withForks": doc.with_forks,
-            "projectModes": self.modes,
-            "sessions": [_stored(s) for s in doc.sessions],
-        }
-        return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+from .trashentry import (
+    RESTORING,
+    TRASHING,
+    Entry,
+    Moved,
+    entries,
+    give,
+    make_entry,
+    open_trash,
+    owner_of,
+    remove_entry,
+    step,
+    trash_dir,
+    write_manifest,
+)
+from .trashmoves import restore_moves, settle, trash_moves
 
 
 class TrashResult(Whole, Struct):
@@ -160,278 +110,6 @@ class RestoreResult(Whole, Struct):
         return docs.RestoreDocument(
             schema_version=SCHEMA_VERSION, dry_run=self.dry_run, **self.entry.fields()
         )
-
-
-# -- the trash dir ------------------------------------------------------------------------------
-
-
-def trash_dir(root: Path) -> Path:
-    """``<home>/dsh-fork-trash``, the home being the root's parent."""
-    return root.parent / TRASH_DIR
-
-
-def _step(kind: str, path: Path, action: Any) -> Any:
-    faults.step(kind, path)
-    value = action()
-    faults.done(kind, path)
-    return value
-
-
-def _owner_of(path: Path) -> tuple[int, int]:
-    st = os.stat(path, follow_symlinks=False)
-    return st.st_uid, st.st_gid
-
-
-def _give(fd: int | None, path: Path, owner: tuple[int, int], *, name: str | None = None) -> None:
-    """What a run as root makes in a user's home belongs to that user."""
-    if os.geteuid() != 0:
-        return
-    with contextlib.suppress(OSError):
-        if name is None:
-            os.chown(path, *owner, follow_symlinks=False)
-        else:
-            os.chown(name, *owner, dir_fd=fd, follow_symlinks=False)
-
-
-def _open_trash(root: Path, *, create: bool) -> DirFd | None:
-    """The trash dir, opened from the home down without following a link (made 0700 when
-    ``create``); None when it does not exist and is not to be made."""
-    home = root.parent
-    home_fd = DirFd.open(home, home)
-    try:
-        if not home_fd.exists(TRASH_DIR):
-            if not create:
-                return None
-            if _step("mkdir", home / TRASH_DIR, lambda: home_fd.mkdir(TRASH_DIR)):
-                _give(home_fd.fd, home / TRASH_DIR, _owner_of(home), name=TRASH_DIR)
-                home_fd.fsync()
-        return DirFd.open(TRASH_DIR, home / TRASH_DIR, home_fd)
-    finally:
-        home_fd.close()
-
-
-def _entry(
-    name: str,
-    path: str,
-    root: str,
-    created: int,
-    state: docs.EntryState,
-    named: list[str],
-    with_forks: bool,
-    sessions: list[Moved],
-    modes: dict[str, int],
-) -> Entry:
-    """An entry as made, or read back from its manifest: its sessions, their bytes summed."""
-    doc = docs.TrashEntry(
-        entry=name,
-        path=path,
-        root=root,
-        created=created,
-        created_iso=iso_ms(created),
-        state=state,
-        named=named,
-        with_forks=with_forks,
-        bytes=sum(s.bytes for s in sessions),
-        registry=None,
-        sessions=sessions,
-    )
-    return Entry(doc, modes)
-
-
-def _write_manifest(entry_fd: DirFd, entry: Entry, owner: tuple[int, int]) -> None:
-    """Temp, fsync, rename over, fsync the dir: the manifest is old or new, never half."""
-    data = entry.manifest()
-    path = entry_fd.entry(MANIFEST)
-    with contextlib.suppress(FileNotFoundError):
-        entry_fd.unlink(MANIFEST_TEMP)
-    fd = _step("create", path, lambda: entry_fd.create_file(MANIFEST_TEMP, 0o600))
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        _step("fsync", path, lambda: os.fsync(fd))
-    finally:
-        os.close(fd)
-    _give(entry_fd.fd, path, owner, name=MANIFEST_TEMP)
-    _step("rename", path, lambda: entry_fd.rename(MANIFEST_TEMP, MANIFEST))
-    _step("fsync", entry_fd.path, entry_fd.fsync)
-
-
-def _read_entry(trash: DirFd, name: str) -> Entry | None:
-    """The entry's manifest with each session's real place; None without a manifest."""
-    path = trash.entry(name)
-    try:
-        entry_fd = DirFd.open(name, path, trash)
-    except (OSError, DshForkError):
-        return None
-    try:
-        fd = entry_fd.open_file(MANIFEST, os.O_RDONLY)
-    except FileNotFoundError:
-        entry_fd.close()
-        return None
-    try:
-        raw = b""
-        while chunk := os.read(fd, 1 << 16):
-            raw += chunk
-            if len(raw) > 64 << 20:
-                raise IoError(f"{path / MANIFEST}: larger than a manifest can be")
-    finally:
-        os.close(fd)
-        entry_fd.close()
-    try:
-        doc = orjson.loads(raw)
-        sessions = [
-            Moved(
-                id=s["id"],
-                kind=s.get("kind"),
-                project=s["project"],
-                dir=s["dir"],
-                title=s.get("title"),
-                bytes=int(s.get("bytes", 0)),
-                where="trash",
-                workspace=s.get("workspace"),
-                archived=s.get("archived") is True,
-                pinned=s.get("pinned") is True,
-            )
-            for s in doc["sessions"]
-        ]
-        entry = _entry(
-            name,
-            str(path),
-            str(doc["root"]),
-            int(doc["created"]),
-            cast(docs.EntryState, str(doc["state"])),
-            [str(n) for n in doc.get("named", [])],
-            bool(doc.get("withForks", False)),
-            sessions,
-            {str(k): int(v) for k, v in doc.get("projectModes", {}).items()},
-        )
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise IoError(f"{path / MANIFEST} is not a manifest dsh-fork wrote") from None
-    for moved in entry.doc.sessions:
-        moved.where = _where(Path(entry.doc.root), path, moved)
-    return entry
-
-
-def _exists(path: Path) -> bool:
-    return os.path.lexists(path)
-
-
-def _where(root: Path, entry_path: Path, moved: Moved) -> docs.Where:
-    in_trash = _exists(entry_path / moved.project / moved.dir)
-    in_root = _exists(root / moved.project / moved.dir)
-    return "both" if in_trash and in_root else "trash" if in_trash else "root" if in_root else (
-        "missing"
-    )  # fmt: skip
-
-
-def _entry_names(trash: DirFd) -> list[str]:
-    return sorted(n for n in trash.listdir() if _ENTRY_NAME.match(n))
-
-
-def entries(root: Path) -> list[Entry]:
-    trash = _open_trash(root, create=False)
-    if trash is None:
-        return []
-    try:
-        found = [_read_entry(trash, name) for name in _entry_names(trash)]
-    finally:
-        trash.close()
-    return [e for e in found if e is not None]
-
-
-# -- moving ------------------------------------------------------------------------------------
-
-
-def _move(
-    src_parent: Path, dst_parent: Path, name: str, *, mode: int, owner: tuple[int, int]
-) -> None:
-    """Rename ``src_parent/name`` to ``dst_parent/name``, making ``dst_parent`` (one level,
-    ``mode``) if needed; both parents opened without following links; fsync both."""
-    grand = DirFd.open(dst_parent.parent, dst_parent.parent)
-    try:
-        if not grand.exists(dst_parent.name):
-            made = _step("mkdir", dst_parent, lambda: grand.mkdir(dst_parent.name))
-            if made:
-                os.chmod(dst_parent.name, mode, dir_fd=grand.fd, follow_symlinks=True)
-                _give(grand.fd, dst_parent, owner, name=dst_parent.name)
-                grand.fsync()
-        dst = DirFd.open(dst_parent.name, dst_parent, grand)
-    finally:
-        grand.close()
-    src = None
-    try:
-        src = DirFd.open(src_parent, src_parent)
-        src_fd = src.fd
-        if dst.exists(name):
-            raise SessionAlreadyExists(
-                f"{dst_parent / name} already exists; nothing was moved over it",
-                path=str(dst_parent / name),
-            )
-        target = dst_parent / name
-        try:
-            _step(
-                "rename",
-                target,
-                lambda: os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst.fd),
-            )
-        except OSError as exc:
-            if exc.errno == errno.EXDEV:
-                raise IoError(
-                    f"cannot move {src_parent / name} to {target}: another file system "
-                    "(the trash must be on the root's file system)",
-                    errno=exc.errno,
-                    path=str(target),
-                ) from None
-            raise IoError.of(exc, "move", where=src_parent / name) from None
-        _step("fsync", target, dst.fsync)
-        _step("fsync", src_parent, src.fsync)
-    finally:
-        dst.close()
-        if src is not None:
-            src.close()
-
-
-def _remove_empty(parent: Path, name: str) -> None:
-    with contextlib.suppress(OSError):
-        os.rmdir(parent / name)
-
-
-# -- settling interrupted runs -----------------------------------------------------------------
-
-
-def settle(root: Path) -> list[str]:
-    """Finish what a crash interrupted: an entry still ``trashing`` moves its remaining
-    sessions into the trash, one still ``restoring`` moves its remaining ones back; an entry
-    dir without a manifest and without sessions (a crash before the intent) is removed.
-    Returns a warning per entry settled."""
-    trash = _open_trash(root, create=False)
-    if trash is None:
-        return []
-    notes: list[str] = []
-    try:
-        for name in _entry_names(trash):
-            path = trash.entry(name)
-            entry = _read_entry(trash, name)
-            if entry is None:
-                leftovers = [n for n in os.listdir(path) if n != MANIFEST_TEMP]
-                if not leftovers:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path / MANIFEST_TEMP)
-                    os.rmdir(path)
-                    notes.append(f"removed {name}: a trash interrupted before it moved anything")
-                continue
-            if Path(entry.doc.root) != root or entry.doc.state == TRASHED:
-                continue
-            if entry.doc.state == TRASHING:
-                _trash_moves(root, entry)
-                notes.append(f"finished an interrupted trash: {name}")
-            elif entry.doc.state == RESTORING:
-                _restore_moves(root, entry)
-                notes.append(f"finished an interrupted restore: {name}")
-    finally:
-        trash.close()
-    return notes
 
 
 # -- trash -----------------------------------------------------------------------------------
@@ -573,7 +251,7 @@ def trash(
     for m in moved:
         with contextlib.suppress(OSError):
             modes[m.project] = stat.S_IMODE(os.stat(root_path / m.project).st_mode)
-    entry = _entry(
+    entry = make_entry(
         name,
         str(trash_path / name),
         str(root_path),
@@ -587,32 +265,27 @@ def trash(
     if dry_run:
         return TrashResult(entry, True, forks_left, warnings)
     _check_same_fs(root_path)
-    trash_fd = _open_trash(root_path, create=True)
+    trash_fd = open_trash(root_path, create=True)
     assert trash_fd is not None
-    owner = _owner_of(root_path.parent)
+    owner = owner_of(root_path.parent)
     try:
         suffix = 0
         while trash_fd.exists(entry.doc.entry):
             suffix += 1
             entry.doc.entry = f"{name}-{suffix}"
             entry.doc.path = str(trash_path / entry.doc.entry)
-        _step("mkdir", Path(entry.doc.path), lambda: trash_fd.mkdir(entry.doc.entry))
-        _give(trash_fd.fd, Path(entry.doc.path), owner, name=entry.doc.entry)
+        step("mkdir", Path(entry.doc.path), lambda: trash_fd.mkdir(entry.doc.entry))
+        give(trash_fd.fd, Path(entry.doc.path), owner, name=entry.doc.entry)
         trash_fd.fsync()
         entry_fd = DirFd.open(entry.doc.entry, Path(entry.doc.path), trash_fd)
     finally:
         trash_fd.close()
     try:
-        _write_manifest(entry_fd, entry, owner)
-        _trash_moves(root_path, entry, entry_fd=entry_fd)
+        write_manifest(entry_fd, entry, owner)
+        trash_moves(root_path, entry, entry_fd=entry_fd)
     finally:
         entry_fd.close()
     return TrashResult(entry, False, forks_left, warnings)
-
-
-# -- the workspace registry ---------------------------------------------------------------
-
-_LISTS = (("archivedSessionIds", "archived"), ("pinnedSessionIds", "pinned"))
 
 
 def _memberships(root_path: Path, moved: list[Moved]) -> None:
@@ -628,30 +301,6 @@ def _memberships(root_path: Path, moved: list[Moved]) -> None:
         m.pinned = reg.pinned(m.id)
 
 
-def _registry_edit(root_path: Path, entry: Entry, *, attach: bool) -> docs.RegistryEdit | None:
-    """Trash: take the sessions out of every record and out of the archived and pinned
-    lists; restore: put them back where they were (a record gone since stays gone: the
-    session is Ungrouped). One edit by the registry's own rules; None when nothing was
-    listed. A registry that cannot be edited is left alone and the reason kept."""
-    from . import registry
-
-    wanted = [m for m in entry.doc.sessions if m.workspace or m.archived or m.pinned]
-    if not wanted:
-        return None
-
-    def decide(reg: registry.Registry) -> list[registry.Change]:
-        known = {r.id for r in reg.records}
-        changes = []
-        for m in wanted:
-            lists = tuple((key, attach and getattr(m, flag)) for key, flag in _LISTS)
-            target = m.workspace if attach and m.workspace in known else None
-            changes.append(registry.Change(m.id, target, lists))
-        return changes
-
-    edit = registry.edit(registry.home_of(root_path), decide, now_ms())
-    return docs.RegistryEdit(str(edit.registry.path), edit.written, edit.changed, edit.reason)
-
-
 def _check_same_fs(root_path: Path) -> None:
     home = root_path.parent
     trash_path = trash_dir(root_path)
@@ -663,51 +312,6 @@ def _check_same_fs(root_path: Path) -> None:
             errno=errno.EXDEV,
             path=str(trash_path),
         )
-
-
-Place = Literal["root", "trash"]
-"""Where a trashed session's dir is: in the root, or in its trash entry."""
-
-
-def _move_each(
-    root_path: Path, entry: Entry, sessions: Iterable[Moved], source: Place, target: Place
-) -> None:
-    """Move each of ``sessions`` that is still in ``source`` ("root" or "trash") to
-    ``target``, and note where each is. A project dir made on the way takes the mode noted
-    in the entry and the owner of the project dir it comes from (the entry's takes the
-    root's, which restore gives back)."""
-    entry_path = Path(entry.doc.path)
-    places = {"root": root_path, "trash": entry_path}
-    for moved in sessions:
-        where = _where(root_path, entry_path, moved)
-        if where == source:
-            mode = entry.modes.get(moved.project, DIR_MODE)
-            here, there = places[source] / moved.project, places[target] / moved.project
-            _move(here, there, moved.dir, mode=mode, owner=_owner_of(here))
-            where = target
-        moved.where = where
-
-
-def _trash_moves(root_path: Path, entry: Entry, *, entry_fd: DirFd | None = None) -> None:
-    """Move every session still in the root into the entry (children first), then say so."""
-    entry_path = Path(entry.doc.path)
-    owner = _owner_of(root_path.parent)
-    _move_each(root_path, entry, reversed(entry.doc.sessions), "root", "trash")
-    entry.doc.registry = _registry_edit(root_path, entry, attach=False)
-    entry.doc.state = TRASHED
-    if entry_fd is None:
-        trash = _open_trash(root_path, create=False)
-        assert trash is not None
-        try:
-            entry_fd = DirFd.open(entry.doc.entry, entry_path, trash)
-        finally:
-            trash.close()
-        try:
-            _write_manifest(entry_fd, entry, owner)
-        finally:
-            entry_fd.close()
-    else:
-        _write_manifest(entry_fd, entry, owner)
 
 
 # -- list, empty ---------------------------------------------------------------------------
@@ -724,26 +328,20 @@ def empty(root_path: Path, *, older_than: int | None, now: int, dry_run: bool) -
     found = entries(root_path)
     chosen = [e for e in found if older_than is None or e.doc.created <= now - older_than]
     if not dry_run:
-        trash = _open_trash(root_path, create=False)
+        trash = open_trash(root_path, create=False)
         if trash is not None:
             try:
                 for entry in chosen:
-                    _step(
-                        "remove", Path(entry.doc.path), lambda e=entry: _rmtree(trash, e.doc.entry)
+                    step(
+                        "remove",
+                        Path(entry.doc.path),
+                        lambda e=entry: remove_entry(trash, e.doc.entry),
                     )
                 trash.fsync()
             finally:
                 trash.close()
     return EmptyResult(str(trash_dir(root_path)), chosen, len(found) - len(chosen), dry_run,
                        warnings)  # fmt: skip
-
-
-def _rmtree(trash: DirFd, name: str) -> None:
-    """Remove an entry: the manifest first (the entry stops being one), then the rest, walked
-    through descriptors (``shutil.rmtree`` on this platform never follows a link)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(f"{name}/{MANIFEST}", dir_fd=trash.fd)
-    shutil.rmtree(name, dir_fd=trash.fd)
 
 
 def parse_age(text: str) -> int:
@@ -808,7 +406,7 @@ def restore(root_path: Path, what: str, *, dry_run: bool = False) -> RestoreResu
     if dry_run:
         return RestoreResult(entry, True, warnings)
     if entry.doc.state != RESTORING:
-        trash = _open_trash(root_path, create=False)
+        trash = open_trash(root_path, create=False)
         assert trash is not None
         try:
             entry_fd = DirFd.open(entry.doc.entry, Path(entry.doc.path), trash)
@@ -816,31 +414,8 @@ def restore(root_path: Path, what: str, *, dry_run: bool = False) -> RestoreResu
             trash.close()
         try:
             entry.doc.state = RESTORING
-            _write_manifest(entry_fd, entry, _owner_of(root_path.parent))
+            write_manifest(entry_fd, entry, owner_of(root_path.parent))
         finally:
             entry_fd.close()
-    _restore_moves(root_path, entry)
+    restore_moves(root_path, entry)
     return RestoreResult(entry, False, warnings)
-
-
-def _restore_moves(root_path: Path, entry: Entry) -> None:
-    """Move every session still in the entry back (parents first), then remove the entry."""
-    entry_path = Path(entry.doc.path)
-    _move_each(root_path, entry, entry.doc.sessions, "trash", "root")
-    entry.doc.registry = _registry_edit(root_path, entry, attach=True)
-    trash = _open_trash(root_path, create=False)
-    if trash is None:
-        return
-    try:
-        for project in sorted({m.project for m in entry.doc.sessions}):
-            _remove_empty(entry_path, project)
-        leftovers = [n for n in os.listdir(entry_path) if n not in (MANIFEST, MANIFEST_TEMP)]
-        if not leftovers:
-            _step("remove", entry_path, lambda: _rmtree(trash, entry.doc.entry))
-            trash.fsync()
-    finally:
-        trash.close()
-
-
-def session_ids(entries_: Iterable[Entry]) -> list[str]:
-    return [s.id for e in entries_ for s in e.doc.sessions]

@@ -18,7 +18,8 @@ from schemakit import check
 from dsh_fork import faults, registry
 from dsh_fork.discovery import Root
 from dsh_fork.fixtureroot import generate
-from dsh_fork.trash import TRASH_DIR, restore, trash
+from dsh_fork.trash import restore, trash
+from dsh_fork.trashentry import TRASH_DIR
 
 KEY = "session-"
 
