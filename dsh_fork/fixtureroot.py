@@ -460,8 +460,3 @@ def _tear(root: Path, leaves: list[SessionSpec], clock: Clock) -> list[str]:
             handle.write(frame[: len(frame) // 2])
         torn.append(spec.id)
     return torn
-
-
-def tree_sizes(out_root: Path) -> int:
-    """Number of session dirs under a root (for summaries and tests)."""
-    return sum(1 for p in out_root.glob("*/*") if os.path.isdir(p))

@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -263,7 +262,3 @@ def remove_entry(trash: DirFd, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(f"{name}/{MANIFEST}", dir_fd=trash.fd)
     shutil.rmtree(name, dir_fd=trash.fd)
-
-
-def session_ids(entries_: Iterable[Entry]) -> list[str]:
-    return [s.id for e in entries_ for s in e.doc.sessions]
