@@ -641,7 +641,8 @@ def phrase_root(bench: Bench, total: int) -> Path:
 
 def searches(bench: Bench) -> list[Row]:
     """search of a rare phrase and of a common word over the whole root, against the read
-    floor of the same logs, whole runs, in the same rounds."""
+    floor of the same logs, whole runs, in the same rounds; the search floor (what a search
+    cannot skip) in those rounds too, reported."""
     rows = []
     for total in SEARCH_ROOTS[bench.profile]:
         root = phrase_root(bench, total)
@@ -651,12 +652,20 @@ def searches(bench: Bench) -> list[Row]:
         ):
             case = f"search {what}, {total} sessions"
             log(f"{case} …")
-            runs = bench.rounds(
-                [same(bench.dsh(root, "search", text, "--json")), same(bench.floor(root))]
+            ours, floor, search_floor = bench.rounds(
+                [
+                    same(bench.dsh(root, "search", text, "--json")),
+                    same(bench.floor(root)),
+                    same(bench.search_floor(root, text)),  # what a search cannot skip (report)
+                ]
             )
-            rows.append(
-                against_floor(bench, case, runs, "read floor of the root", 1.5 if judged else None)
+            goal = 1.5 if judged else None
+            rows.append(against_floor(bench, case, [ours, floor], "read floor of the root", goal))
+            case = f"search floor, {what}, {total} sessions"
+            floor_row = against_floor(
+                bench, case, [search_floor, floor], "read floor of the root", None
             )
+            rows.append(replace(floor_row, contention=rows[-1].contention))  # the same rounds
     return rows
 
 

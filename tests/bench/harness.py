@@ -228,6 +228,56 @@ LIST_FLOOR = (
     "sys.stdout.buffer.write(orjson.dumps({'sessions':rows})+b'\\n')\n"
 )
 
+# The search floor: what a search cannot skip beyond the read floor — each session dir listed
+# (a log is chosen among its generations), the header validated (the id, and the parent and
+# origin the inherited-prefix rule asks for), the decoded text of every log searched for the
+# needle (lowered under smart case) and for a \\u escape, which may spell any character; the
+# lines holding the needle parsed and their string leaves matched. No frame boundaries, no
+# turns, no inherited prefixes, no unreadable session to name. Arguments: a sessions root and
+# the needle (a phrase JSON never escapes); prints the number of events that matched (every
+# event of the searched types, inherited or not).
+SEARCH_FLOOR = (
+    "import os,re,sys,msgspec,zstandard,orjson\n"
+    "class Envelope(msgspec.Struct,gc=False):\n"
+    "  type:str\n"
+    "  seq:int\n"
+    "class Header(msgspec.Struct,gc=False):\n"
+    "  id:str\n"
+    "  version:int\n"
+    "  parentSession:str|None=None\n"
+    "  origin:str|None=None\n"
+    "check=msgspec.json.Decoder(Envelope).decode\n"
+    "header=msgspec.json.Decoder(Header).decode\n"
+    "dctx=zstandard.ZstdDecompressor()\n"
+    "text=sys.argv[2];fold=text==text.lower()\n"
+    "match=re.compile(re.escape(text),re.I if fold else 0).search\n"
+    "token=text.encode();escape=b'\\\\u'\n"
+    "def leaves(v):\n"
+    "  if isinstance(v,str): yield v\n"
+    "  elif isinstance(v,list):\n"
+    "    for x in v: yield from leaves(x)\n"
+    "  elif isinstance(v,dict):\n"
+    "    for x in v.values(): yield from leaves(x)\n"
+    "TYPES={'session/title','user/message','assistant/message','tool/result'}\n"
+    f"hits=0;name={CURRENT_NAME!r}\n"
+    "for project in os.scandir(sys.argv[1]):\n"
+    "  for session in os.scandir(project.path):\n"
+    "    if name not in os.listdir(session.path): continue\n"
+    "    log=os.path.join(session.path,name)\n"
+    "    fd=os.open(log,os.O_RDONLY|os.O_NOFOLLOW|os.O_NONBLOCK)\n"
+    "    st=os.fstat(fd);data=os.read(fd,st.st_size+1);os.close(fd)\n"
+    "    plain=dctx.stream_reader(data,read_across_frames=True).readall()\n"
+    "    lines=plain.split(b'\\n');lines.pop()\n"
+    "    h=header(lines[0])\n"
+    "    kinds=[check(line).type for line in lines[1:]]\n"
+    "    hay=plain.lower() if fold else plain\n"
+    "    if token not in hay and escape not in hay: continue\n"
+    "    for kind,line in zip(kinds,lines[1:]):\n"
+    "      if kind in TYPES and (token in (line.lower() if fold else line) or escape in line):\n"
+    "        if any(map(match,leaves(orjson.loads(line)['data']))): hits+=1\n"
+    "print(hits)\n"
+)
+
 # The doctor floor: what doctor cannot skip beyond the read floor — every log of the root
 # opened by the read recipe (``reader.open_log``: stable read, frame scan, every event line
 # parsed whole) and every event through the v4 checklist (``eventcheck.Validator``); no
@@ -384,6 +434,10 @@ class Bench:
     def list_floor(self, root: Path) -> list[str]:
         """The list floor (``LIST_FLOOR``) of a root, as a command to run."""
         return [self.install.python, "-c", LIST_FLOOR, str(root)]
+
+    def search_floor(self, root: Path, text: str) -> list[str]:
+        """The search floor (``SEARCH_FLOOR``) of a root and a needle, as a command to run."""
+        return [self.install.python, "-c", SEARCH_FLOOR, str(root), text]
 
     def doctor_floor(self, root: Path) -> list[str]:
         """The doctor floor (``DOCTOR_FLOOR``) of a root, as a command to run."""
