@@ -16,6 +16,10 @@ from bench import harness
 from bench.harness import Contention, Row
 from bench.run import OTHERS_BUSY, STEAL_BUSY, idle_verdict
 
+from dsh_fork.discovery import Root
+from dsh_fork.fixtures import generate, planted_phrase
+from dsh_fork.search import search
+
 REPO = Path(__file__).resolve().parent.parent
 CASES = (
     "start-up: --version",
@@ -42,7 +46,9 @@ CASES = (
     "tree, 10 relinked forks",
     "du, 10 relinked forks",
     "search a phrase, 200 sessions",
+    "search floor, a phrase, 200 sessions",
     "search a common word, 200 sessions",
+    "search floor, a common word, 200 sessions",
 )
 
 
@@ -73,6 +79,26 @@ def test_the_benchmark_runs_every_case_on_tiny_data() -> None:
         assert cells[7].strip() == "-"  # quick mode judges no goal
         if Path("/proc/stat").exists():  # every case measured what the rest took of the CPUs
             assert re.fullmatch(r"\d+%(, steal \d+%)?", cells[9].strip()), cells[9]
+
+
+def test_the_search_floor_counts_the_events_search_finds_with_inherited(tmp_path: Path) -> None:
+    # The floor matches every event of the searched types, inherited prefixes included: on
+    # planted phrases (said once, copied into forks and copies) it counts what search
+    # --inherited counts, so it does the work a search does, no less.
+    root = tmp_path / "sessions"
+    generate(root, sessions=3, agents=1, turns=2, tools=True, forks=1, relinked=True, phrases=True)
+    found = []
+    for phrase in (planted_phrase(0, "", 1), planted_phrase(1, "", 2), planted_phrase(2, "1", 1)):
+        floor = subprocess.run(
+            [sys.executable, "-c", harness.SEARCH_FLOOR, str(root), phrase],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        total = search(Root(root), phrase, inherited=True).document.total
+        assert int(floor.stdout) == total
+        found.append(total)
+    assert min(found) >= 2  # each said once and inherited at least once
 
 
 def _row(case: str, ok: bool | None, shares: tuple[float, float] | None) -> Row:
