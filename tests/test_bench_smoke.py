@@ -17,7 +17,7 @@ from bench.harness import Contention, Row
 from bench.run import OTHERS_BUSY, STEAL_BUSY, idle_verdict
 
 from dsh_fork.discovery import Root
-from dsh_fork.fixtures import generate, planted_phrase
+from dsh_fork.fixtureroot import generate, planted_phrase
 from dsh_fork.search import search
 
 REPO = Path(__file__).resolve().parent.parent
