@@ -9,15 +9,19 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 from bench import harness
 from bench.harness import Contention, Row
 from bench.run import OTHERS_BUSY, STEAL_BUSY, idle_verdict
+from conftest import log_lines, run_cli
 
 from dsh_fork.discovery import Root
 from dsh_fork.fixtureroot import generate, planted_phrase
+from dsh_fork.fixtures import write_log_file
+from dsh_fork.generations import CURRENT_NAME
 from dsh_fork.search import search
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +37,7 @@ CASES = (
     "fork, 0.2 MB log forked 5× before",
     "inspect, 0.2 MB log",
     "export, 0.2 MB log",
+    "export floor, 0.2 MB log",
     "import, 0.2 MB log",
     "relink, 20 agents, quiet disk",
     "relink, 20 agents, busy disk",
@@ -99,6 +104,47 @@ def test_the_search_floor_counts_the_events_search_finds_with_inherited(tmp_path
         assert int(floor.stdout) == total
         found.append(total)
     assert min(found) >= 2  # each said once and inherited at least once
+
+
+def test_the_export_floor_hashes_and_archives_what_export_does(tmp_path: Path) -> None:
+    # The floor prints the sha256 export's manifest records for each log, and its tar holds
+    # each session dir's log byte for byte: it does the work an export cannot skip, no less.
+    root = tmp_path / "sessions"
+    top = generate(root, sessions=1, agents=2, depth=1, turns=3).top_level[0]
+    result = run_cli("--root", root, "export", top, "-o", tmp_path / "f.tar.zst", "--json")
+    assert result.exit_code == 0, result.stderr
+    files = [session["file"] for session in result.json()["manifest"]["sessions"]]
+    dirs = [root / Path(file["path"]).parent.relative_to("sessions") for file in files]
+    floor = subprocess.run(
+        [sys.executable, "-c", harness.EXPORT_FLOOR, str(tmp_path / "floor.tar"), *map(str, dirs)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert floor.stdout.split() == [file["sha256"] for file in files]
+    with tarfile.open(tmp_path / "floor.tar") as tar:
+        for file in files:
+            member = tar.extractfile(str(Path(file["path"]).relative_to("sessions")))
+            assert member is not None
+            assert member.read() == (root.parent / file["path"]).read_bytes()
+
+
+def test_the_export_floor_refuses_a_log_whose_seqs_skip(tmp_path: Path) -> None:
+    # DSH refuses such a log, so an export checks every seq: the floor must too.
+    root = tmp_path / "sessions"
+    top = generate(root, sessions=1, agents=0, turns=3).top_level[0]
+    session = next(root.glob(f"*/{top}"))
+    header, *events = log_lines(session / CURRENT_NAME)
+    del events[1]  # the seqs now go 0, 2, 3, …
+    write_log_file(session / CURRENT_NAME, header, [line + b"\n" for line in events])
+    floor = subprocess.run(
+        [sys.executable, "-c", harness.EXPORT_FLOOR, str(tmp_path / "floor.tar"), str(session)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert floor.returncode == 1
+    assert "seq 1 skipped" in floor.stderr
 
 
 def _row(case: str, ok: bool | None, shares: tuple[float, float] | None) -> Row:

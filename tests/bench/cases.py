@@ -424,7 +424,8 @@ def empty(folder: Path) -> None:
 
 def exports(bench: Bench) -> list[Row]:
     """export of the large session (its dir: one log) against the read floor of its log plus
-    ``tar`` of the same dir, whole runs."""
+    ``tar`` of the same dir, whole runs; the export floor (``harness.EXPORT_FLOOR``: what an
+    export cannot skip) in the same rounds, reported beside it."""
     mbytes = max(LOG_MB[bench.profile][:2])
     big = big_log(bench, mbytes)
     case = f"export, {size_name(mbytes)} log"
@@ -443,10 +444,14 @@ def exports(bench: Bench) -> list[Row]:
                 big.root, "export", big.session_id, "-o", str(out / f"{i}.tar.zst")
             ),
             same(floor_argv),
+            same(bench.export_floor(out / "export-floor.tar", session)),  # report
         ],
         between=lambda: empty(out),
     )
-    return [against_floor(bench, case, runs, "read floor + tar", 1.0)]
+    rows = [against_floor(bench, case, runs[:2], "read floor + tar", 1.0)]
+    case = f"export floor, {size_name(mbytes)} log"
+    floor_row = against_floor(bench, case, [runs[2], runs[1]], "read floor + tar", None)
+    return [*rows, replace(floor_row, contention=rows[0].contention)]  # the same rounds
 
 
 def imports(bench: Bench) -> list[Row]:

@@ -297,6 +297,46 @@ DOCTOR_FLOOR = (
     "    check.finish()\n"
 )
 
+# The export floor: what an export cannot skip beyond the read floor — each session dir's log
+# read as the read floor reads it (every frame decompressed in-process, lines split, each
+# event's envelope checked) with its seqs checked dense (seq == index: DSH refuses a log whose
+# seqs skip), the sha256 of its stored bytes (the manifest's checksum, which import verifies),
+# and a tar of the dir written by the stdlib's tarfile in the same process (no zstd frame
+# around it, no manifest, no spool). Arguments: the tar to write, then session dirs; prints
+# each log's sha256. Exits 1 when a line does not check or a seq skips.
+EXPORT_FLOOR = (
+    "import hashlib,os,sys,tarfile,msgspec,zstandard\n"
+    "class Envelope(msgspec.Struct,gc=False):\n"
+    "  type:str\n"
+    "  seq:int\n"
+    "check=msgspec.json.Decoder(Envelope).decode\n"
+    "header=msgspec.json.Decoder().decode\n"
+    "dctx=zstandard.ZstdDecompressor()\n"
+    "def read(path):\n"
+    "  with open(path,'rb') as fh:\n"
+    "    reader=dctx.stream_reader(fh,read_across_frames=True)\n"
+    "    rest=b'';first=True;seq=0\n"
+    "    while True:\n"
+    "      chunk=reader.read(1<<20)\n"
+    "      if not chunk: break\n"
+    "      lines=(rest+chunk).split(b'\\n');rest=lines.pop()\n"
+    "      if first: header(lines.pop(0));first=False\n"
+    "      for line in lines:\n"
+    "        if check(line).seq!=seq: sys.exit(f'{path}: seq {seq} skipped')\n"
+    "        seq+=1\n"
+    "def digest(path):\n"
+    "  sha=hashlib.sha256()\n"
+    "  with open(path,'rb',buffering=0) as fh:\n"
+    "    while chunk:=fh.read(1<<20): sha.update(chunk)\n"
+    "  return sha.hexdigest()\n"
+    "with tarfile.open(sys.argv[1],'w') as tar:\n"
+    "  for session in sys.argv[2:]:\n"
+    f"    log=os.path.join(session,{CURRENT_NAME!r})\n"
+    "    read(log);print(digest(log))\n"
+    "    parent=os.path.dirname(os.path.abspath(session))\n"
+    "    tar.add(session,os.path.relpath(session,os.path.dirname(parent)))\n"
+)
+
 # The disk kept busy by another process: 4 MiB written and fsynced, over and over.
 DISK_HOG = (
     "import os,sys\n"
@@ -438,6 +478,10 @@ class Bench:
     def search_floor(self, root: Path, text: str) -> list[str]:
         """The search floor (``SEARCH_FLOOR``) of a root and a needle, as a command to run."""
         return [self.install.python, "-c", SEARCH_FLOOR, str(root), text]
+
+    def export_floor(self, tar: Path, *sessions: Path) -> list[str]:
+        """The export floor (``EXPORT_FLOOR``) of session dirs into a tar, as a command to run."""
+        return [self.install.python, "-c", EXPORT_FLOOR, str(tar), *map(str, sessions)]
 
     def doctor_floor(self, root: Path) -> list[str]:
         """The doctor floor (``DOCTOR_FLOOR``) of a root, as a command to run."""
