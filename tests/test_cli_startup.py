@@ -217,3 +217,21 @@ def test_rich_is_loaded_only_where_a_terminal_shows_the_result(
         assert b"Forked " + summary.top_level[0].encode() in os.read(main, 65536)
         os.close(main)
     assert (proc.stderr.strip().splitlines() or [""])[-1] == imported
+
+
+RICH_PROBE = probe("' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
+
+
+def test_an_export_printed_to_a_pipe_loads_no_rich(tmp_path: Path) -> None:
+    """A piped table of ASCII cells (ids, counts, digests) is laid out by length: export's
+    summary and table, printed to a pipe, load none of rich's width tables."""
+    root = tmp_path / "sessions"
+    top = generate(root, sessions=1, agents=1, depth=1, turns=2).top_level[0]
+    args = ["--root", str(root), "export", top, "-o", str(tmp_path / "f.tar.zst")]
+    proc = subprocess.run(
+        [sys.executable, "-c", RICH_PROBE, *args], capture_output=True, text=True, check=True
+    )
+    header, first = proc.stdout.splitlines()[2:4]
+    assert header.split() == ["role", "id", "parent", "events", "bytes", "sha256"]
+    assert first.split()[:2] == ["top", top]
+    assert (proc.stderr.strip().splitlines() or [""])[-1] == ""
