@@ -146,18 +146,24 @@ LAUNCHER = (
     "sys.exit(1 if status else 0)\n"
 )
 
+
+ENVELOPE = (
+    "import msgspec,zstandard\n"
+    "class Envelope(msgspec.Struct,gc=False):\n"
+    "  type:str\n"
+    "  seq:int\n"
+    "check=msgspec.json.Decoder(Envelope).decode\n"
+    "dctx=zstandard.ZstdDecompressor()\n"
+)
+"""What every floor script starts with: the envelope every event line is checked against
+(msgspec, its type and seq) and one zstd decompressor."""
+
 # The read floor: what any reader of the logs that checks what it reads must do, in Python —
 # find the session dirs, decompress every frame in-process, split the lines, check each event
 # line's envelope with msgspec (the header line parsed as JSON). Arguments: log files, or
 # sessions roots (every log two levels below). Exits 1 when a line does not check.
 FLOOR = (
-    "import os,sys,msgspec,zstandard\n"
-    "class Envelope(msgspec.Struct,gc=False):\n"
-    "  type:str\n"
-    "  seq:int\n"
-    "check=msgspec.json.Decoder(Envelope).decode\n"
-    "header=msgspec.json.Decoder().decode\n"
-    "dctx=zstandard.ZstdDecompressor()\n"
+    "import os,sys\n" + ENVELOPE + "header=msgspec.json.Decoder().decode\n"
     "def read(path):\n"
     "  with open(path,'rb') as fh:\n"
     "    reader=dctx.stream_reader(fh,read_across_frames=True)\n"
@@ -182,20 +188,14 @@ FLOOR = (
 # checked, the lines a row is folded from (turns, title) parsed, one row per session with its
 # two ISO times, sorted, written as one JSON document. Argument: a sessions root.
 LIST_FLOOR = (
-    "import os,sys,time,msgspec,zstandard,orjson\n"
-    "class Envelope(msgspec.Struct,gc=False):\n"
-    "  type:str\n"
-    "  seq:int\n"
-    "class Header(msgspec.Struct,gc=False):\n"
+    "import os,sys,time,orjson\n" + ENVELOPE + "class Header(msgspec.Struct,gc=False):\n"
     "  id:str\n"
     "  version:int\n"
     "  createdAt:int\n"
     "  cwd:str|None=None\n"
     "  parentSession:str|None=None\n"
     "  origin:str|None=None\n"
-    "check=msgspec.json.Decoder(Envelope).decode\n"
     "header=msgspec.json.Decoder(Header).decode\n"
-    "dctx=zstandard.ZstdDecompressor()\n"
     "ROW=('turn/end','session/title','subagent/descriptor')\n"
     "def iso(ms):\n"
     "  t=time.gmtime(ms//1000)\n"
@@ -237,18 +237,12 @@ LIST_FLOOR = (
 # the needle (a phrase JSON never escapes); prints the number of events that matched (every
 # event of the searched types, inherited or not).
 SEARCH_FLOOR = (
-    "import os,re,sys,msgspec,zstandard,orjson\n"
-    "class Envelope(msgspec.Struct,gc=False):\n"
-    "  type:str\n"
-    "  seq:int\n"
-    "class Header(msgspec.Struct,gc=False):\n"
+    "import os,re,sys,orjson\n" + ENVELOPE + "class Header(msgspec.Struct,gc=False):\n"
     "  id:str\n"
     "  version:int\n"
     "  parentSession:str|None=None\n"
     "  origin:str|None=None\n"
-    "check=msgspec.json.Decoder(Envelope).decode\n"
     "header=msgspec.json.Decoder(Header).decode\n"
-    "dctx=zstandard.ZstdDecompressor()\n"
     "text=sys.argv[2];fold=text==text.lower()\n"
     "match=re.compile(re.escape(text),re.I if fold else 0).search\n"
     "token=text.encode();escape=b'\\\\u'\n"
@@ -305,13 +299,7 @@ DOCTOR_FLOOR = (
 # around it, no manifest, no spool). Arguments: the tar to write, then session dirs; prints
 # each log's sha256. Exits 1 when a line does not check or a seq skips.
 EXPORT_FLOOR = (
-    "import hashlib,os,sys,tarfile,msgspec,zstandard\n"
-    "class Envelope(msgspec.Struct,gc=False):\n"
-    "  type:str\n"
-    "  seq:int\n"
-    "check=msgspec.json.Decoder(Envelope).decode\n"
-    "header=msgspec.json.Decoder().decode\n"
-    "dctx=zstandard.ZstdDecompressor()\n"
+    "import hashlib,os,sys,tarfile\n" + ENVELOPE + "header=msgspec.json.Decoder().decode\n"
     "def read(path):\n"
     "  with open(path,'rb') as fh:\n"
     "    reader=dctx.stream_reader(fh,read_across_frames=True)\n"
