@@ -236,7 +236,7 @@ def open_log(
     check_version(generation)
     wanted = frozenset(collect)
     tracked = frozenset(latest)
-    streamed = generation.encoding == "zstd" and generation.version >= 2
+    streamed = framed_lines(generation)
     stated = None
     if streamed and not stream:
         stated = _stat(generation.path)
@@ -377,8 +377,9 @@ class NotFromEnd(Exception):
     an empty frame, a defect). Only the read from its start (``open_log``) says what it holds."""
 
 
-def readable_from_end(generation: Generation) -> bool:
-    """Whether a generation is one ``latest_event`` reads: zstd frames of JSON lines (v2+)."""
+def framed_lines(generation: Generation) -> bool:
+    """Whether a generation is zstd frames of JSON lines (v2+): one ``open_log`` may read in
+    windows and ``latest_event`` reads from its end."""
     return generation.encoding == "zstd" and generation.version >= 2
 
 
@@ -392,7 +393,7 @@ def latest_event(
     decoded are checked as ``open_log`` checks them (checksums, envelopes, seqs running on to
     the end); the frames before the answer are not read. ``NotFromEnd`` when the log is one
     this read cannot take (the caller then reads it from its start)."""
-    if not readable_from_end(generation):
+    if not framed_lines(generation):
         raise NotFromEnd(str(generation.path))
     check_version(generation)
     path = generation.path
