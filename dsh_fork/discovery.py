@@ -32,7 +32,7 @@ from .layout import encode_segment
 from .progress import SILENT, Progress
 from .reader import HEADER_FIRST_READ, peek_fields, read_header, read_header_line
 from .records import Header
-from .sessionentry import SessionEntry, _linked, _odd_generation, _unlisted, birth_order
+from .sessionentry import SessionEntry, _linked, _unlisted, birth_order, odd_generation
 
 if TYPE_CHECKING:
     from .leanlog import Glance
@@ -274,7 +274,7 @@ class Root(Struct):
             if os.path.islink(path):
                 return _linked(path).error
             if os.path.lexists(path):
-                odd = _odd_generation(path)
+                odd = odd_generation(path)
                 if odd is not None and odd.error is not None:
                     return odd.error
         for project in linked:  # the session lies behind a linked project dir
@@ -521,7 +521,7 @@ def _list_entry(
     except OSError as exc:
         return _unlisted(dir_text, exc)
     if not names:
-        return _odd_generation(dir_text)
+        return odd_generation(dir_text)
     entry = SessionEntry._from_listing(dir_text, names)
     entry.sizes = sized
     if found is not None:

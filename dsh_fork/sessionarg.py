@@ -20,7 +20,7 @@ from .generations import Generation, list_generations, parse_name, select
 from .layout import expand_home, resolve_root
 from .lookup import check_root, expand_prefix
 from .reader import check_version
-from .sessionentry import _odd_generation
+from .sessionentry import odd_generation
 
 if TYPE_CHECKING:
     pass
@@ -126,7 +126,7 @@ def _located(root: Root, session_dir: Path, generations: list[Generation] | None
     listed = list_generations(session_dir) if generations is None else generations
     generation = select(listed)
     if generation is None:
-        odd = _odd_generation(str(session_dir))
+        odd = odd_generation(str(session_dir))
         if odd is not None and odd.error is not None:  # a FIFO where the log belongs, say
             raise odd.error
         raise SessionNotFound(f"{session_dir} holds no session log", path=str(session_dir))

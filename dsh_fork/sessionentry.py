@@ -442,7 +442,7 @@ def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> S
     return entry
 
 
-def _odd_generation(dir_text: str) -> SessionEntry | None:
+def odd_generation(dir_text: str) -> SessionEntry | None:
     """A dir whose canonical name is no regular file (a FIFO, a dir, a dangling link) holds a
     session nobody can read: named, with its error, never taken for an empty dir. A regular
     file found here was linked after the first listing of the dir (a session being published
@@ -463,9 +463,6 @@ def _odd_generation(dir_text: str) -> SessionEntry | None:
     entry = SessionEntry._from_listing(dir_text, ())
     entry.refuse(not_regular(path, mode))
     return entry
-
-
-odd_generation = _odd_generation
 
 
 def _raw_value(line: bytes) -> dict[str, object] | None:
