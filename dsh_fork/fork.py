@@ -163,9 +163,8 @@ def fork(
         raise unsupported_below_v4(
             f"the source {source.session_dir.name}", generation.version, path=str(generation.path)
         )
-    if (
-        options.agents
-    ):  # the listing the tree's plan needs anyway: the root's encoding is read from it
+    # With agents, the listing the tree's plan needs anyway: the root's encoding is read from it.
+    if options.agents:
         root.entries()
     root.require_writable()
     if options.cwd is not None:
