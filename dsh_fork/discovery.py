@@ -32,7 +32,7 @@ from .layout import encode_segment
 from .progress import SILENT, Progress
 from .reader import HEADER_FIRST_READ, peek_fields, read_header, read_header_line
 from .records import Header
-from .sessionentry import SessionEntry, _linked, _unlisted, birth_order, odd_generation
+from .sessionentry import SessionEntry, birth_order, linked_entry, odd_generation, unlisted_entry
 
 if TYPE_CHECKING:
     from .leanlog import Glance
@@ -154,16 +154,16 @@ class Root(Struct):
         for project in self.project_dirs():
             base = str(project)
             if os.path.islink(base):
-                yield _linked(base, "project directory")
+                yield linked_entry(base, "project directory")
                 continue
             try:
                 names, links = _subdirs(project)
             except OSError as exc:
-                yield _unlisted(base, exc, "project directory")
+                yield unlisted_entry(base, exc, "project directory")
                 continue
             yield from _dir_texts(base, names)  # str paths: no Path per session
             prefix = base if base.endswith(os.sep) else base + os.sep
-            yield from (_linked(prefix + name) for name in links)
+            yield from (linked_entry(prefix + name) for name in links)
 
     def entries(
         self,
@@ -272,14 +272,14 @@ class Root(Struct):
         for project in [p for p in projects if p not in linked]:  # the root's own dirs first
             path = str(project / segment)
             if os.path.islink(path):
-                return _linked(path).error
+                return linked_entry(path).error
             if os.path.lexists(path):
                 odd = odd_generation(path)
                 if odd is not None and odd.error is not None:
                     return odd.error
         for project in linked:  # the session lies behind a linked project dir
             if os.path.lexists(project / segment):
-                return _linked(str(project), "project directory").error
+                return linked_entry(str(project), "project directory").error
         return None
 
     def exists(self, session_id: str) -> bool:
@@ -519,7 +519,7 @@ def _list_entry(
         else:
             names = scan_names(dir_text) if found is None else scan_names(dir_text, found)
     except OSError as exc:
-        return _unlisted(dir_text, exc)
+        return unlisted_entry(dir_text, exc)
     if not names:
         return odd_generation(dir_text)
     entry = SessionEntry._from_listing(dir_text, names)

@@ -418,7 +418,7 @@ def birth_order(entry: SessionEntry) -> tuple[int, str]:
     return (entry.created_at, entry.id_or_dir)
 
 
-def _linked(dir_text: str, what: str = "session directory") -> SessionEntry:
+def linked_entry(dir_text: str, what: str = "session directory") -> SessionEntry:
     """An entry for a dir that is a symbolic link: named with its refusal, never followed."""
     entry = SessionEntry._from_listing(dir_text, ())
     entry.refuse(
@@ -432,7 +432,7 @@ def _linked(dir_text: str, what: str = "session directory") -> SessionEntry:
     return entry
 
 
-def _unlisted(dir_text: str, exc: OSError, what: str = "session directory") -> SessionEntry:
+def unlisted_entry(dir_text: str, exc: OSError, what: str = "session directory") -> SessionEntry:
     """An entry for a dir that cannot be listed: named, with its error, never dropped."""
     entry = SessionEntry._from_listing(dir_text, ())
     reason = exc.strerror or str(exc) or type(exc).__name__
@@ -450,14 +450,14 @@ def odd_generation(dir_text: str) -> SessionEntry | None:
     try:
         names = sorted(n for n in os.listdir(dir_text) if parse_name(n) is not None)
     except OSError as exc:
-        return _unlisted(dir_text, exc)
+        return unlisted_entry(dir_text, exc)
     if not names:
         return None
     path = os.path.join(dir_text, names[-1])
     try:
         mode = os.lstat(path).st_mode
     except OSError as exc:
-        return _unlisted(dir_text, exc)
+        return unlisted_entry(dir_text, exc)
     if stat.S_ISREG(mode):
         return None
     entry = SessionEntry._from_listing(dir_text, ())
