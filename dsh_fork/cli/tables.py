@@ -59,24 +59,9 @@ def numeric(index: int, cells: Sequence[Sequence[str]]) -> bool:
     return bool(shown) and all(cell[:1].isdigit() for cell in shown)
 
 
-def pad_widths(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[int]:
-    """Each column's padded width: its widest cell (heading included) by display width, free
-    text capped at ``PAD_CAP``."""
-    widths = [cell_len(c) for c in columns]
-    for row in cells:
-        for i, cell in enumerate(row[: len(widths)]):
-            width = cell_len(cell)
-            widths[i] = max(widths[i], width)
-    return [
-        w if column in KEEP_WHOLE else min(w, max(PAD_CAP, cell_len(column)))
-        for column, w in zip(columns, widths, strict=True)
-    ]
-
-
 def plain_lines(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Iterator[str]:
     """The piped table: the heading, then one line a row."""
-    widths = pad_widths(columns, cells)
-    right = [numeric(i, cells) for i in range(len(columns))]
+    widths, right = plain_layout(columns, cells)
     for row in [columns, *cells]:
         yield plain_line(row, widths, right)
 
@@ -84,8 +69,9 @@ def plain_lines(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Itera
 def plain_layout(
     columns: Sequence[str], rows: Iterable[Sequence[str]]
 ) -> tuple[list[int], list[bool]]:
-    """``pad_widths`` and ``numeric`` of every column from one pass over the rows, none held:
-    a table too long to hold its cells is measured so, then printed row by row."""
+    """Each column's padded width (its widest cell, heading included, by display width; free
+    text capped at ``PAD_CAP``) and whether it is ``numeric``, from one pass over the rows,
+    none held: a table too long to hold its cells is measured so, then printed row by row."""
     widths = [cell_len(c) for c in columns]
     shown = [False] * len(columns)
     digits = [True] * len(columns)
