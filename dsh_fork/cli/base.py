@@ -311,21 +311,18 @@ class Out:
         then print each line, so a table of 100,000 rows never holds its cells."""
         from . import tables
 
-        if callable(rows) and not self.rich:
-            widths, right = tables.plain_layout(columns, _cells_of(rows()))
-            if title:
-                sys.stdout.write(title + "\n")
-            sys.stdout.write(tables.plain_line(columns, widths, right) + "\n")
-            for row in _cells_of(rows()):
-                sys.stdout.write(tables.plain_line(row, widths, right) + "\n")
-            return
-        cells = list(_cells_of(rows() if callable(rows) else rows))
         if not self.rich:
+            lines = (
+                tables.made_lines(columns, lambda: _cells_of(rows()))
+                if callable(rows)
+                else tables.plain_lines(columns, list(_cells_of(rows)))
+            )
             if title:
                 sys.stdout.write(title + "\n")
-            for line in tables.plain_lines(columns, cells):
+            for line in lines:
                 sys.stdout.write(line + "\n")
             return
+        cells = list(_cells_of(rows() if callable(rows) else rows))
         if not tables.fits(columns, cells, self.console.width):
             self._records(title, columns, cells)
             return

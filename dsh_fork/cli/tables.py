@@ -10,7 +10,8 @@ free text, so one long message does not push every other row hundreds of charact
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 KEEP_WHOLE = frozenset(
@@ -61,9 +62,16 @@ def numeric(index: int, cells: Sequence[Sequence[str]]) -> bool:
 
 def plain_lines(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Iterator[str]:
     """The piped table: the heading, then one line a row."""
-    widths, right = plain_layout(columns, cells)
-    for row in [columns, *cells]:
-        yield plain_line(row, widths, right)
+    return made_lines(columns, lambda: cells)
+
+
+def made_lines(
+    columns: Sequence[str], make: Callable[[], Iterable[Sequence[str]]]
+) -> Iterator[str]:
+    """The piped table of rows ``make`` makes, made twice: measured (``plain_layout``) at
+    once, then printed row by row as the lines are taken, never held."""
+    widths, right = plain_layout(columns, make())
+    return (plain_line(row, widths, right) for row in itertools.chain([columns], make()))
 
 
 def plain_layout(
