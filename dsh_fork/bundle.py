@@ -46,7 +46,6 @@ SCHEMA_VERSION = 1
 KIND: Final = "dsh-fork-bundle"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 """About 20,000 sessions (a manifest entry is about 800 bytes)."""
-MEMBER_MODE = 0o600
 MAX_NAME_BYTES = 255
 MAX_EXPANSION = 4
 EXPANSION_SLACK = 1024 * 1024
