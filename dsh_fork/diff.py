@@ -20,7 +20,7 @@ from .kinds import header_kind
 from .model import MODEL_TYPES, facts_of
 from .provenance import Logged, is_copy_of, normalized
 from .reader import open_log
-from .results import SCHEMA_VERSION, ReadOnly
+from .results import SCHEMA_VERSION, Whole
 from .sessionarg import Located
 from .sessionlog import SessionLog
 from .turns import turn_containing, turn_summaries
@@ -30,7 +30,7 @@ DiffSide = docs.DiffSide
 from the split on) and its subagents on disk, as ``list-agents`` rows (``_side``)."""
 
 
-class DiffResult(ReadOnly, Struct):
+class DiffResult(Whole, Struct):
     a: DiffSide
     b: DiffSide
     relation: str

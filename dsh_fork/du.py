@@ -33,7 +33,7 @@ from .discovery import Root
 from .generations import dir_bytes
 from .lineage import PARENT_MISSING, Lineage, Node, lineage_of
 from .progress import SILENT, Progress, counter
-from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .results import SCHEMA_VERSION, Documented, Whole, rows
 from .sessionarg import Located
 from .sessionlog import FramedLog, SessionLog
 
@@ -110,7 +110,7 @@ def _add(group: Group, usage: SessionUsage | Group) -> None:
         group.shareable += usage.shareable
 
 
-class DiskUsage(ReadOnly, Struct):
+class DiskUsage(Whole, Struct):
     root: Path
     session: str | None
     sessions: list[SessionUsage]

@@ -29,7 +29,7 @@ from .kinds import KindRule, header_kind, settled_kind, unsettled
 from .model import Facts, derive
 from .provenance import Logged, match_copies
 from .reader import open_log
-from .results import SCHEMA_VERSION, Documented, ReadOnly, rows
+from .results import SCHEMA_VERSION, Documented, Whole, rows
 from .sessionarg import Located
 from .sessionentry import SessionEntry
 from .sessionlog import SessionLog
@@ -171,7 +171,7 @@ class Edge(Documented, Struct, frozen=True):
         )
 
 
-class Lineage(ReadOnly, Struct):
+class Lineage(Whole, Struct):
     """The forest of a root (or of one family): top nodes with their descendants."""
 
     root: Path

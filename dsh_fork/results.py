@@ -67,19 +67,13 @@ def plain(value: msgspec.Struct) -> dict[str, Any]:
 
 class Whole(Documented):
     """A result that succeeds whole or fails with one typed error: there are no failed items
-    to report beside it, so it is never partial."""
+    to report beside it, so it is never partial (a read-only command's result too: a session
+    it cannot read is an item of the result, named there)."""
 
     __slots__ = ()
 
     def partial(self) -> Partial | None:
         return None
-
-
-class ReadOnly(Whole):
-    """A result that is read in one go, whole (a session it cannot read is an item of the
-    result, named there)."""
-
-    __slots__ = ()
 
 
 def document_of(

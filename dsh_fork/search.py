@@ -47,7 +47,7 @@ from .logindex import _matching_lines
 from .model import Facts, derive
 from .reader import check_version, header_line, open_log
 from .records import Event, Header, dig, parse_event, parse_header
-from .results import SCHEMA_VERSION, ReadOnly
+from .results import SCHEMA_VERSION, Whole
 from .sessionentry import SessionEntry, odd_generation
 from .source import FileBytes, identity_of
 from .times import iso_ms
@@ -122,7 +122,7 @@ Unreadable = docs.SearchUnreadable
 """A session the search could not read: named, never skipped in silence."""
 
 
-class SearchResult(ReadOnly, Struct):
+class SearchResult(Whole, Struct):
     """The search document, built once the root is searched, and the warnings beside it."""
 
     document: docs.SearchDocument
