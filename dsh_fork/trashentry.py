@@ -229,13 +229,9 @@ def read_entry(trash: DirFd, name: str) -> Entry | None:
     return entry
 
 
-def _exists(path: Path) -> bool:
-    return os.path.lexists(path)
-
-
 def where_is(root: Path, entry_path: Path, moved: Moved) -> docs.Where:
-    in_trash = _exists(entry_path / moved.project / moved.dir)
-    in_root = _exists(root / moved.project / moved.dir)
+    in_trash = os.path.lexists(entry_path / moved.project / moved.dir)
+    in_root = os.path.lexists(root / moved.project / moved.dir)
     return "both" if in_trash and in_root else "trash" if in_trash else "root" if in_root else (
         "missing"
     )  # fmt: skip
