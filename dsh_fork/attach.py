@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import msgspec
 from msgspec import Struct, field
 
 from . import joining, registry
@@ -34,7 +35,7 @@ TURN_START = "turn/start"
 
 
 AttachItem = docs.PlacedSession
-"""One session attach placed, or would place, or could not: its join (``joining.placed``),
+"""One session attach placed, or would place, or could not: its join (``_placed``),
 its cwd, and the title of the workspace that listed it before (a moved session), else None."""
 
 
@@ -159,7 +160,7 @@ def _place(
     joined = joining.join(root, requests, dry_run=dry_run, clock=clock)
     result.document.dry_run = dry_run
     placed = [
-        joining.placed(join, h.cwd, _was(reg, h.id, join))
+        _placed(join, h.cwd, _was(reg, h.id, join))
         for h, join in zip(headers, joined.joins, strict=True)
     ]
     result.document.sessions[:0] = placed
@@ -172,10 +173,16 @@ def _was(reg: registry.Registry, session: str, join: joining.WorkspaceJoin) -> s
     return None if before is None or before.id == join.workspace else before.title
 
 
+def _placed(join: joining.WorkspaceJoin, cwd: str | None, was: str | None) -> AttachItem:
+    """An attached session's entry: its join, with its cwd and the title of the workspace
+    that listed it before (a moved session), else None."""
+    return AttachItem(**msgspec.structs.asdict(join), cwd=cwd, was=was)
+
+
 def _ungrouped(reg: registry.Registry, header: Header) -> AttachItem:
     target = registry.cwd_target(reg, header.cwd)
     join = joining.unjoined(header.id, "none", target.reason)
-    return joining.placed(join, header.cwd, None)
+    return _placed(join, header.cwd, None)
 
 
 def has_turn(generation: Generation) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from msgspec import Struct
 
@@ -28,9 +28,6 @@ from .ids import ClockMs, now_ms
 from .locking import probe
 from .reader import current_generation, read_header
 from .records import Header
-
-if TYPE_CHECKING:
-    from . import registrydocs
 
 JoinStatus = Literal["joined", "would-join", "already", "none", "skipped", "refused"]
 """joined: written; would-join: a dry run's plan; already: listed there before; none: no
@@ -55,24 +52,6 @@ itself, made once in ``_outcome``."""
 def unjoined(session: str | None, status: JoinStatus, reason: str | None) -> WorkspaceJoin:
     """No workspace joined, and why."""
     return WorkspaceJoin(session, status, None, None, None, reason, False)
-
-
-def placed(join: WorkspaceJoin, cwd: str | None, was: str | None) -> registrydocs.PlacedSession:
-    """An attached session's entry: its join, with its cwd and the title of the workspace
-    that listed it before (a moved session), else None."""
-    from . import registrydocs
-
-    return registrydocs.PlacedSession(
-        session=join.session,
-        status=join.status,
-        workspace=join.workspace,
-        title=join.title,
-        path=join.path,
-        reason=join.reason,
-        archived=join.archived,
-        cwd=cwd,
-        was=was,
-    )
 
 
 def text(join: WorkspaceJoin) -> str:
