@@ -332,7 +332,7 @@ def _row(
     project = entry.project
     cwd = None if header is None else header.cwd
     row = SessionRow(
-        id=entry.id or os.path.basename(where),
+        id=entry.id_or_dir,
         kind=kind,
         title=None,
         project=strings.setdefault(project, project),
