@@ -399,7 +399,9 @@ def latest_event(
     path = generation.path
     where = str(path)
     wanted = frozenset(types)
-    source = FileBytes(open_fd(path), path, _identity(os.stat(path)))
+    # As open_streamed: stat, then open, so a stat that fails leaves no descriptor open.
+    before = _identity(os.stat(path))
+    source = FileBytes(open_fd(path), path, before)
     try:
         scan = zframes.scan_file(source)
         if not scan.frames:
