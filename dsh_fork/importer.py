@@ -34,7 +34,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from msgspec import Struct, field
 
@@ -59,9 +59,6 @@ from .sessionlog import SessionLog
 from .source import FileRun
 from .tarstream import Compression, Source
 from .workspace import rebase_cwd
-
-if TYPE_CHECKING:
-    pass
 
 Status = Literal["planned", "created", "present", "skipped"]
 _ID_NAMESPACE = uuid.UUID("6f1c8d2e-3b4a-4c5d-9e8f-0a1b2c3d4e5f")
