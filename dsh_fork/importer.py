@@ -315,11 +315,12 @@ def _moved(session_cwd: str | None, top_cwd: str | None, cwd: str | None) -> str
     return session_cwd if cwd is None else rebase_cwd(session_cwd, top_cwd, cwd)
 
 
-def derived_id(manifest: Manifest, cwd: str | None, source_id: str) -> str:
-    """The new id of a session: the same bundle, cwd and old id always give the same id, so
-    a rerun recognises what an interrupted run published."""
-    key = "\x00".join((bundle.digest_of(bundle.encoded(manifest)), cwd or "", source_id))
-    return f"session-{uuid.uuid5(_ID_NAMESPACE, key)}"
+def derived_ids(manifest: Manifest, cwd: str | None) -> dict[str, str]:
+    """The new id of each session: the same bundle, cwd and old id always give the same id, so
+    a rerun recognises what an interrupted run published. The manifest is encoded and
+    digested once, not once per session (a manifest grows with its sessions)."""
+    key = "\x00".join((bundle.digest_of(bundle.encoded(manifest)), cwd or "", ""))
+    return {s.id: f"session-{uuid.uuid5(_ID_NAMESPACE, key + s.id)}" for s in manifest.sessions}
 
 
 def _plan(
@@ -333,7 +334,7 @@ def _plan(
     dry_run: bool,
 ) -> ImportResult:
     top_cwd = manifest.sessions[0].cwd
-    ids = {s.id: derived_id(manifest, cwd, s.id) if new_ids else s.id for s in manifest.sessions}
+    ids = derived_ids(manifest, cwd) if new_ids else {s.id: s.id for s in manifest.sessions}
     items: list[ImportItem] = []
     skipped: set[str] = set()
     for session in manifest.sessions:
