@@ -16,7 +16,7 @@ from msgspec import Struct, field
 
 from .errors import InvalidBoundary, OpenTurn
 from .forkdocs import Turn
-from .model import TURN_TYPES
+from .model import TURN_TYPES, is_cut_marker
 from .records import Event, dig
 from .sessionlog import SessionLog
 
@@ -108,7 +108,7 @@ def summarize_events(
             current = _opened(len(turns) + 1, ev.seq, event_count - 1)
             turns.append(current)
         elif kind == "session/end-seed":
-            if isinstance(ev.data, dict) and ev.data.get("inherited") is True:
+            if is_cut_marker(ev):
                 cut = ev.seq
         elif current is None:
             continue
