@@ -45,7 +45,7 @@ from .layout import decode_segment
 from .listing import project_matches
 from .logindex import _matching_lines
 from .model import Facts, derive
-from .reader import check_version, header_line, open_log
+from .reader import check_version, framed_lines, header_line, open_log
 from .records import Event, Header, dig, parse_event, parse_header
 from .results import SCHEMA_VERSION, Whole
 from .sessionentry import SessionEntry, odd_generation
@@ -399,7 +399,7 @@ def _typed_frame(plaintext: bytes, seq: int) -> tuple[list[bytes], int, list[str
 def _full(log_: _Log, make: MakeFold) -> _Fold:
     """The reader's pass: any generation and shape; a defect raises and names the log."""
     generation = log_.generation()
-    streamed = generation.encoding == "zstd" and generation.version >= 2
+    streamed = framed_lines(generation)
     log = open_log(generation, stream=streamed, index=streamed)
     fold = make(log.header)
     for event in log.events():
